@@ -1,0 +1,16 @@
+"""App config: autodiscovers each installed app's `jobs` module and registers checks."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class AwaConfig(AppConfig):
+    name = "awa_django"
+    verbose_name = "Awa job queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        autodiscover_modules("jobs")
+        from . import checks  # noqa: F401  (registers the system checks)

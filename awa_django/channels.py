@@ -1,0 +1,25 @@
+"""NOTIFY channel names: one per queue, always within PostgreSQL's 63-byte limit."""
+
+from __future__ import annotations
+
+import hashlib
+
+CANCEL_CHANNEL = "awa:cancel"
+_PREFIX = "awa:"
+_LIMIT = 63  # NAMEDATALEN - 1: longer names are an error in pg_notify()
+
+
+def channel_for(queue: str) -> str:
+    """`awa:<queue>`, or `awa:<md5 of queue>` when that would not fit in 63 bytes."""
+    name = _PREFIX + queue
+    if len(name.encode()) <= _LIMIT:
+        return name
+    return _PREFIX + hashlib.md5(queue.encode()).hexdigest()
+
+
+def channel_sql(column: str) -> str:
+    """The same naming rule as SQL over `column`, for statements that notify per queue."""
+    return (
+        f"CASE WHEN octet_length('{_PREFIX}' || {column}) <= {_LIMIT} "
+        f"THEN '{_PREFIX}' || {column} ELSE '{_PREFIX}' || md5({column}) END"
+    )

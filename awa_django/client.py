@@ -1,0 +1,242 @@
+"""The Client: enqueue, operator actions and callback resolution, on Django's connection.
+
+Everything here joins the caller's transaction: a job enqueued inside
+`transaction.atomic()` exists iff that transaction commits, and its wake-up NOTIFY is
+delivered only then. Events for transitions made here are dispatched on commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+
+from . import hooks, storage
+from .channels import channel_for
+from .codec import dumps, encode_args
+from .conf import awa_settings, validate_queue_name
+from .events import Cancelled, Event
+from .exceptions import InvalidEnqueueOption, JobNotFound, UnknownJobKind
+from .registry import kind_for, registry
+from .snapshot import JobRow
+from .sql import admin as admin_sql
+from .sql import jobs as jobs_sql
+from .states import JobState
+
+MIN_PRIORITY, MAX_PRIORITY = -98, 102
+MAX_TAGS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Insert:
+    """One validated row, ready for job_insert_one / job_insert_many."""
+
+    kind: str
+    queue: str
+    args: str
+    state: str
+    priority: int
+    max_attempts: int
+    run_at: dt.datetime | None
+    metadata: str
+    tags: list[str]
+
+
+class Client:
+    """Operations on jobs through Django's database connection `using`."""
+
+    def __init__(self, using: str | None = None) -> None:
+        self._using = using
+
+    @property
+    def using(self) -> str:
+        return self._using or awa_settings().database
+
+    # -- enqueue ------------------------------------------------------------------------
+    def enqueue(
+        self,
+        args: Any,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+        tags: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> JobRow:
+        """Insert one job in the caller's transaction and return its row.
+
+        Raises SerializationError / PayloadTooLarge for args that cannot be stored,
+        UnknownJobKind for a dict without `kind`, InvalidQueueName, InvalidEnqueueOption.
+        """
+        row = self._prepare(args, kind, queue, priority, run_at, max_attempts, tags, metadata)
+        channels = [channel_for(row.queue)] if row.state == JobState.AVAILABLE else []
+        params = {**_as_params(row), "channels": channels}
+        return storage.fetch_jobs(self.using, jobs_sql.job_insert_one, params)[0]
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[Any],
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+        tags: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """Insert many jobs (args instances sharing the given options) in one statement and
+        one round trip, in the caller's transaction; returns their ids in input order."""
+        rows = [
+            self._prepare(a, None, queue, priority, run_at, max_attempts, tags, metadata)
+            for a in jobs
+        ]
+        if not rows:
+            return []
+        params = {
+            "kinds": [r.kind for r in rows],
+            "queues": [r.queue for r in rows],
+            "args": [r.args for r in rows],
+            "states": [r.state for r in rows],
+            "priorities": [r.priority for r in rows],
+            "max_attempts": [r.max_attempts for r in rows],
+            "run_ats": [r.run_at for r in rows],
+            "metadata": [r.metadata for r in rows],
+            "tags": [dumps(r.tags, what="tags") for r in rows],
+            "channels": sorted(
+                {channel_for(r.queue) for r in rows if r.state == JobState.AVAILABLE}
+            ),
+        }
+        return [r[0] for r in storage.fetch_rows(self.using, jobs_sql.job_insert_many, params)]
+
+    def _prepare(
+        self,
+        args: Any,
+        kind: str | None,
+        queue: str | None,
+        priority: int | None,
+        run_at: dt.datetime | None,
+        max_attempts: int | None,
+        tags: Sequence[str],
+        metadata: dict[str, Any] | None,
+    ) -> _Insert:
+        settings = awa_settings()
+        if kind is None:
+            if isinstance(args, dict):
+                raise UnknownJobKind("enqueueing a dict needs an explicit kind=")
+            kind = kind_for(type(args))
+        definition = registry.job(kind)
+        queue = validate_queue_name(queue or (definition.queue if definition else "default"))
+        priority = definition.priority if priority is None and definition else priority
+        priority = 2 if priority is None else priority
+        if max_attempts is None:
+            max_attempts = definition.max_attempts if definition else 25
+        _check_options(priority, max_attempts, tags, run_at)
+        return _Insert(
+            kind=kind,
+            queue=queue,
+            args=dumps(encode_args(args), what=f"args of {kind}", limit=settings.max_args_bytes),
+            state=JobState.AVAILABLE if run_at is None else JobState.SCHEDULED,
+            priority=priority,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            metadata=dumps(metadata or {}, what="metadata", limit=settings.max_args_bytes),
+            tags=list(tags),
+        )
+
+    # -- operator actions ---------------------------------------------------------------
+    def get_job(self, job_id: int) -> JobRow:
+        rows = storage.fetch_jobs(self.using, jobs_sql.job_get, {"id": job_id})
+        if not rows:
+            raise JobNotFound(f"no job with id {job_id}")
+        return rows[0]
+
+    def cancel(self, job_id: int) -> JobRow | None:
+        """Cancel a non-terminal job; None if it was already terminal. A running attempt's
+        later outcome becomes stale and its `is_cancelled()` turns true. Fires Cancelled."""
+        rows = self.cancel_many([job_id])
+        return rows[0] if rows else None
+
+    def cancel_many(self, job_ids: Iterable[int]) -> list[JobRow]:
+        ids = sorted(set(job_ids))
+        with transaction.atomic(using=self.using):
+            rows = storage.fetch_jobs(self.using, admin_sql.job_cancel_many, {"ids": ids})
+            self._on_commit([Cancelled(job=r, reason="cancelled by operator") for r in rows])
+        return rows
+
+    def retry(self, job_id: int) -> JobRow | None:
+        """Make a failed, cancelled or parked job available again (attempts reset);
+        None if the job is in another state."""
+        rows = self.retry_many([job_id])
+        return rows[0] if rows else None
+
+    def retry_many(self, job_ids: Iterable[int]) -> list[JobRow]:
+        ids = sorted(set(job_ids))
+        return storage.fetch_jobs(self.using, admin_sql.job_retry_many, {"ids": ids})
+
+    def _on_commit(self, events: Sequence[Event]) -> None:
+        """Dispatch `events` once the caller's outermost transaction commits."""
+        for event in events:
+            transaction.on_commit(_dispatcher(event), using=self.using)
+
+
+def _dispatcher(event: Event) -> Callable[[], None]:
+    return lambda: hooks.dispatch(event)
+
+
+def _check_options(
+    priority: int, max_attempts: int, tags: Sequence[str], run_at: dt.datetime | None
+) -> None:
+    if not isinstance(priority, int) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidEnqueueOption(
+            f"priority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} "
+            f"(1 urgent .. 4 batch is the usual scale), got {priority!r}"
+        )
+    if not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000:
+        raise InvalidEnqueueOption(f"max_attempts must be 1..1000, got {max_attempts!r}")
+    if isinstance(tags, str) or len(tags) > MAX_TAGS:
+        raise InvalidEnqueueOption(f"tags must be a list of at most {MAX_TAGS} strings")
+    if not all(isinstance(t, str) and 0 < len(t) <= 200 for t in tags):
+        raise InvalidEnqueueOption("each tag must be a non-empty string of at most 200 chars")
+    if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.tzinfo is None):
+        raise InvalidEnqueueOption("run_at must be a timezone-aware datetime")
+
+
+def _as_params(row: _Insert) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "queue": row.queue,
+        "args": row.args,
+        "state": row.state,
+        "priority": row.priority,
+        "max_attempts": row.max_attempts,
+        "run_at": row.run_at,
+        "metadata": row.metadata,
+        "tags": row.tags,
+    }
+
+
+client = Client()
+
+
+def enqueue(args: Any, **options: Any) -> JobRow:
+    """Enqueue one job in the current transaction. See `Client.enqueue`."""
+    return Client(options.pop("using", None)).enqueue(args, **options)
+
+
+def enqueue_many(jobs: Iterable[Any], **options: Any) -> list[int]:
+    """Enqueue many jobs in one round trip. See `Client.enqueue_many`."""
+    return Client(options.pop("using", None)).enqueue_many(jobs, **options)
+
+
+async def aenqueue(args: Any, **options: Any) -> JobRow:
+    return await sync_to_async(enqueue)(args, **options)
+
+
+async def aenqueue_many(jobs: Iterable[Any], **options: Any) -> list[int]:
+    return await sync_to_async(enqueue_many)(jobs, **options)

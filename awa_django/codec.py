@@ -1,0 +1,78 @@
+"""Args codec: a dataclass instance ⇄ the JSON stored in `args`, with clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from typing import Any
+
+from .exceptions import InvalidJobArgs, PayloadTooLarge, SerializationError
+
+_SIMPLE_TYPES: dict[Any, tuple[type, ...]] = {
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+    bool: (bool,),
+    list: (list,),
+    dict: (dict,),
+}
+
+
+def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
+    """Serialise to compact JSON; SerializationError / PayloadTooLarge on bad input."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
+    if "\\u0000" in text:
+        raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
+    if limit is not None and len(text) > limit:
+        raise PayloadTooLarge(f"{what} is {len(text)} bytes of JSON; the limit is {limit}")
+    return text
+
+
+def encode_args(args: Any) -> dict[str, Any]:
+    """A dataclass instance (or a plain dict) as a JSON-ready dict."""
+    if dataclasses.is_dataclass(args) and not isinstance(args, type):
+        return dataclasses.asdict(args)
+    if isinstance(args, dict):
+        return args
+    raise SerializationError(
+        f"job args must be a dataclass instance (or a dict with an explicit kind), "
+        f"got {type(args).__name__}"
+    )
+
+
+def decode_args(args_type: type | None, raw: Any) -> Any:
+    """Build the args dataclass from stored JSON; InvalidJobArgs says what does not fit."""
+    if args_type is None:
+        return raw
+    name = args_type.__name__
+    if not isinstance(raw, dict):
+        raise InvalidJobArgs(f"args do not fit {name}: expected a JSON object, got {raw!r:.200}")
+    try:
+        hints = typing.get_type_hints(args_type)
+    except Exception:  # unresolvable annotations: fall back to the constructor's checks
+        hints = {}
+    for field in dataclasses.fields(args_type):
+        if field.name in raw:
+            _check_type(name, field.name, hints.get(field.name), raw[field.name])
+    try:
+        return args_type(**raw)
+    except TypeError as exc:
+        raise InvalidJobArgs(f"args do not fit {name}: {exc}") from exc
+
+
+def _check_type(owner: str, field: str, hint: Any, value: Any) -> None:
+    """Reject values whose JSON type plainly contradicts a simple annotation."""
+    allowed = _SIMPLE_TYPES.get(typing.get_origin(hint) or hint)
+    if allowed is None or value is None:
+        return
+    if isinstance(value, bool) and bool not in allowed:
+        allowed = ()
+    if not isinstance(value, allowed):
+        raise InvalidJobArgs(
+            f"args do not fit {owner}: field {field!r} expects {getattr(hint, '__name__', hint)}, "
+            f"got {type(value).__name__} {value!r:.100}"
+        )

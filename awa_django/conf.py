@@ -1,0 +1,123 @@
+"""Settings: the `AWA` dict in Django settings, its defaults and validation.
+
+    AWA = {
+        "QUEUES": {"default": {"concurrency": 10}, "email": {"concurrency": 4, "deadline": 60}},
+        "HEARTBEAT_INTERVAL": 30,
+        "CALLBACK_SECRET": env("AWA_CALLBACK_SECRET"),
+    }
+
+Every duration is in seconds (floats allowed, so tests can use fractions of a second).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    name: str
+    concurrency: int = 10
+    # Hard wall-clock limit per attempt; 0 disables the deadline.
+    deadline: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class AwaSettings:
+    queues: dict[str, QueueConfig] = field(
+        default_factory=lambda: {DEFAULT_QUEUE: QueueConfig(DEFAULT_QUEUE)}
+    )
+    database: str = "default"
+    poll_interval: float = 0.2
+    heartbeat_interval: float = 30.0
+    heartbeat_staleness: float = 90.0
+    rescue_interval: float = 30.0
+    promote_interval: float = 0.25
+    prune_interval: float = 60.0
+    leader_ttl: float = 30.0
+    election_interval: float = 10.0
+    shutdown_grace: float = 30.0
+    completed_retention: float = 24 * 3600.0
+    failed_retention: float = 72 * 3600.0
+    max_args_bytes: int = 256 * 1024
+    max_result_bytes: int = 256 * 1024
+    sync_threads: int | None = None
+    callback_secret: str | None = None
+    callback_allow_unsigned: bool = False
+    callback_replay_window: float = 300.0
+    callback_max_body_bytes: int = 1024 * 1024
+    throughput_log_interval: float = 60.0
+
+    def queue(self, name: str) -> QueueConfig:
+        return self.queues.get(name) or QueueConfig(name)
+
+    def with_overrides(self, **overrides: Any) -> AwaSettings:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+_SCALAR_KEYS = {f.name.upper(): f.name for f in fields(AwaSettings) if f.name != "queues"}
+
+
+def validate_queue_name(name: object) -> str:
+    from .exceptions import InvalidQueueName
+
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise InvalidQueueName(
+            f"invalid queue name {name!r}: use 1-200 characters of letters, digits, "
+            "'_', '-', '.' and ':'"
+        )
+    return name
+
+
+def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
+    if isinstance(raw, list | tuple):
+        raw = {name: {} for name in raw}
+    if not isinstance(raw, dict) or not raw:
+        raise ImproperlyConfigured(
+            'AWA["QUEUES"] must be a non-empty dict such as {"default": {"concurrency": 10}}.'
+        )
+    queues = {}
+    for name, options in raw.items():
+        validate_queue_name(name)
+        if isinstance(options, int):
+            options = {"concurrency": options}
+        try:
+            queue = QueueConfig(name=name, **(options or {}))
+        except TypeError as exc:
+            raise ImproperlyConfigured(
+                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are concurrency and deadline.'
+            ) from exc
+        if queue.concurrency < 1 or queue.deadline < 0:
+            raise ImproperlyConfigured(
+                f'AWA["QUEUES"][{name!r}]: concurrency must be >= 1 and deadline >= 0.'
+            )
+        queues[name] = queue
+    return queues
+
+
+def load_settings() -> AwaSettings:
+    """Read `settings.AWA` into an `AwaSettings`; raises ImproperlyConfigured on mistakes."""
+    raw: dict[str, Any] = dict(getattr(django_settings, "AWA", {}) or {})
+    unknown = set(raw) - set(_SCALAR_KEYS) - {"QUEUES"}
+    if unknown:
+        raise ImproperlyConfigured(
+            f"Unknown AWA setting(s): {', '.join(sorted(unknown))}. "
+            f"Known: QUEUES, {', '.join(sorted(_SCALAR_KEYS))}."
+        )
+    kwargs: dict[str, Any] = {_SCALAR_KEYS[k]: v for k, v in raw.items() if k != "QUEUES"}
+    if "QUEUES" in raw:
+        kwargs["queues"] = _parse_queues(raw["QUEUES"])
+    return AwaSettings(**kwargs)
+
+
+def awa_settings() -> AwaSettings:
+    """The current settings (re-read each call so override_settings works in tests)."""
+    return load_settings()

@@ -1,0 +1,140 @@
+"""`Job[T]`: what a handler receives — its typed args plus the attempt's controls."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from .results import CallbackToken
+from .snapshot import JobRow
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+T = TypeVar("T")
+
+
+class AttemptHost(Protocol):
+    """What the runtime provides to a running attempt (the executor implements it)."""
+
+    def register_callback(self, job: Job[Any], timeout: float) -> CallbackToken: ...
+    def wait_for_callback(self, job: Job[Any], token: CallbackToken) -> Any: ...
+    async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken: ...
+    async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any: ...
+    def flush_progress(self, job: Job[Any]) -> None: ...
+
+
+class Job(Generic[T]):
+    """One attempt of one job, as its handler sees it.
+
+    `args` is the decoded args dataclass; `row` the committed snapshot taken at claim.
+    Progress is buffered and written with the next heartbeat and atomically with the
+    outcome; it survives retries and is cleared on success.
+    """
+
+    def __init__(self, row: JobRow, args: T, host: AttemptHost | None = None) -> None:
+        self.row = row
+        self.args = args
+        self._host = host
+        self._cancelled = threading.Event()
+        self._progress: dict[str, Any] | None = dict(row.progress) if row.progress else None
+        self._progress_dirty = False
+        self.result: Any = None  # return value stored on completion (django.tasks backend)
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+    @property
+    def kind(self) -> str:
+        return self.row.kind
+
+    @property
+    def queue(self) -> str:
+        return self.row.queue
+
+    @property
+    def attempt(self) -> int:
+        return self.row.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.row.max_attempts
+
+    @property
+    def run_lease(self) -> int:
+        return self.row.run_lease
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.row.metadata
+
+    @property
+    def created_at(self) -> datetime:
+        return self.row.created_at
+
+    # -- progress -----------------------------------------------------------------------
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        return self._progress
+
+    def set_progress(self, percent: float, message: str | None = None) -> None:
+        """Record progress (0-100, clamped) and an optional message."""
+        progress = dict(self._progress or {})
+        progress["percent"] = max(0.0, min(100.0, float(percent)))
+        if message is not None:
+            progress["message"] = message
+        self._progress = progress
+        self._progress_dirty = True
+
+    def update_metadata(self, values: dict[str, Any]) -> None:
+        """Shallow-merge `values` into `progress["metadata"]` (kept across retries)."""
+        if not isinstance(values, dict):
+            raise TypeError("update_metadata() takes a dict")
+        progress = dict(self._progress or {})
+        progress["metadata"] = {**progress.get("metadata", {}), **values}
+        self._progress = progress
+        self._progress_dirty = True
+
+    def take_progress(self) -> dict[str, Any] | None:
+        """The buffered progress if it changed since the last flush (runtime use)."""
+        if not self._progress_dirty:
+            return None
+        self._progress_dirty = False
+        return self._progress
+
+    def flush_progress(self) -> None:
+        """Write buffered progress now instead of at the next heartbeat."""
+        self._require_host().flush_progress(self)
+
+    # -- cancellation -------------------------------------------------------------------
+    def is_cancelled(self) -> bool:
+        """True once this attempt was cancelled, rescued, or the worker is shutting down."""
+        return self._cancelled.is_set()
+
+    def mark_cancelled(self) -> None:
+        self._cancelled.set()
+
+    # -- callbacks ----------------------------------------------------------------------
+    def register_callback(self, timeout: float = 3600) -> CallbackToken:
+        """Register an external callback; hand `token.id` to the outside system."""
+        return self._require_host().register_callback(self, timeout)
+
+    def wait_for_callback(self, token: CallbackToken) -> Any:
+        """Wait in place (keeping the worker slot) until `resume_external`; its payload."""
+        return self._require_host().wait_for_callback(self, token)
+
+    async def aregister_callback(self, timeout: float = 3600) -> CallbackToken:
+        return await self._require_host().aregister_callback(self, timeout)
+
+    async def await_for_callback(self, token: CallbackToken) -> Any:
+        return await self._require_host().await_for_callback(self, token)
+
+    def _require_host(self) -> AttemptHost:
+        if self._host is None:
+            raise RuntimeError("this Job is not attached to a running attempt")
+        return self._host
+
+    def __repr__(self) -> str:
+        return f"<Job {self.kind} #{self.id} attempt {self.attempt}/{self.max_attempts}>"

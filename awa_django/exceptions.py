@@ -1,0 +1,62 @@
+"""The exception hierarchy: one leaf per thing a caller can act on (STYLE §9)."""
+
+from __future__ import annotations
+
+
+class AwaError(Exception):
+    """An awa-django operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__class__.__doc__ or "").strip())
+
+
+class UnknownJobKind(AwaError):
+    """No handler is registered for this job kind."""
+
+
+class InvalidJobArgs(AwaError):
+    """The job's args do not fit its args dataclass."""
+
+
+class SerializationError(AwaError):
+    """The job's args (or metadata) cannot be serialised to JSON."""
+
+
+class PayloadTooLarge(AwaError):
+    """The serialised payload is larger than the configured limit."""
+
+
+class InvalidQueueName(AwaError):
+    """Queue names are 1-200 characters of letters, digits, '_', '-', '.' and ':'."""
+
+
+class InvalidEnqueueOption(AwaError):
+    """An enqueue option (priority, max_attempts, tags, ...) is out of range."""
+
+
+class JobNotFound(AwaError):
+    """No job with this id exists."""
+
+
+class InvalidTransition(AwaError):
+    """The job is not in a state that allows this operation."""
+
+
+class StaleAttempt(AwaError):
+    """This attempt no longer owns the job (it was rescued, cancelled or re-claimed)."""
+
+
+class CallbackNotFound(AwaError):
+    """No pending callback with this id (unknown, timed out or already resolved)."""
+
+
+class UniqueConflict(AwaError):
+    """A job with the same unique key already exists in a conflicting state."""
+
+
+class DatabaseUnavailable(AwaError):
+    """The database could not be reached."""
+
+
+class TerminalError(Exception):
+    """Raise from a handler to fail the job at once, without further retries."""

@@ -1,0 +1,128 @@
+"""The in-process registry: kinds → handlers and kinds → lifecycle hooks.
+
+It knows nothing of storage or the worker (DESIGN §9).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .events import ALL_EVENTS, Event
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def kind_for(args_type: type) -> str:
+    """snake_case of the args class name: SendEmail → send_email, HTMLToPDF → html_to_pdf."""
+    explicit = getattr(args_type, "__awa_kind__", None)
+    if isinstance(explicit, str):
+        return explicit
+    return _CAMEL_BOUNDARY.sub("_", args_type.__name__).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class JobDefinition:
+    kind: str
+    args_type: type | None
+    handler: Callable[..., Any]
+    queue: str
+    max_attempts: int
+    priority: int
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.handler)
+
+
+@dataclass(frozen=True, slots=True)
+class HookRegistration:
+    kind: str | None  # None: every kind (on_any_event)
+    hook: Callable[[Any], Any]
+    events: frozenset[type[Event]]
+    args_type: type | None  # set for typed hooks: event.args is decoded into it
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobDefinition] = {}
+        self._hooks: list[HookRegistration] = []
+        self._resolvers: list[Callable[[str], JobDefinition | None]] = []
+        self._lock = threading.Lock()
+
+    # -- handlers ---------------------------------------------------------------------
+    def add_job(self, definition: JobDefinition) -> None:
+        with self._lock:
+            existing = self._jobs.get(definition.kind)
+            if existing and existing.handler is not definition.handler:
+                raise ValueError(
+                    f"job kind {definition.kind!r} is already registered by "
+                    f"{existing.handler.__module__}.{existing.handler.__qualname__}"
+                )
+            self._jobs[definition.kind] = definition
+
+    def job(self, kind: str) -> JobDefinition | None:
+        found = self._jobs.get(kind)
+        if found is None:
+            for resolve in self._resolvers:
+                if (found := resolve(kind)) is not None:
+                    break
+        return found
+
+    def add_resolver(self, resolve: Callable[[str], JobDefinition | None]) -> None:
+        """Let another surface (the django.tasks backend) supply handlers for kinds it owns,
+        looked up when no `@job` registration matches."""
+        with self._lock:
+            if resolve not in self._resolvers:
+                self._resolvers.append(resolve)
+
+    def job_for_args(self, args_type: type) -> JobDefinition | None:
+        return self._jobs.get(kind_for(args_type))
+
+    def jobs(self) -> list[JobDefinition]:
+        return list(self._jobs.values())
+
+    # -- hooks ------------------------------------------------------------------------
+    def add_hook(self, registration: HookRegistration) -> None:
+        with self._lock:
+            self._hooks.append(registration)
+
+    def hooks_for(self, kind: str, event_type: type[Event]) -> list[HookRegistration]:
+        """Hooks that want this event for this kind, in registration order."""
+        return [
+            h for h in self._hooks if (h.kind is None or h.kind == kind) and event_type in h.events
+        ]
+
+    def has_hooks(self, kind: str) -> bool:
+        return any(h.kind is None or h.kind == kind for h in self._hooks)
+
+    def hooks(self) -> list[HookRegistration]:
+        return list(self._hooks)
+
+    def clear_hooks(self) -> None:
+        with self._lock:
+            self._hooks.clear()
+
+
+registry = Registry()
+
+
+def normalize_events(events: Iterable[type[Event]] | None) -> frozenset[type[Event]]:
+    if events is None:
+        return ALL_EVENTS
+    chosen = frozenset(events)
+    unknown = [e for e in chosen if e not in ALL_EVENTS]
+    if unknown:
+        raise TypeError(f"not lifecycle events: {unknown!r}; choose from awa_django.events")
+    return chosen
+
+
+def validate_args_type(args_type: object) -> type:
+    if not (isinstance(args_type, type) and dataclasses.is_dataclass(args_type)):
+        raise TypeError(f"job args type must be a dataclass class, got {args_type!r}")
+    return args_type

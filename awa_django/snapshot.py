@@ -1,0 +1,64 @@
+"""`JobRow`: an immutable snapshot of one committed `awa_jobs_hot` row."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from .states import TERMINAL_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    id: int
+    kind: str
+    queue: str
+    args: dict[str, Any]
+    state: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    attempted_at: datetime | None
+    finalized_at: datetime | None
+    run_lease: int
+    errors: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    tags: list[str]
+    progress: dict[str, Any] | None
+    callback_id: uuid.UUID | None
+    callback_timeout_at: datetime | None
+    result: Any
+    attempted_by: list[str]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def last_error(self) -> str | None:
+        return self.errors[-1].get("error") if self.errors else None
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any]) -> JobRow:
+        values = {name: row[name] for name in COLUMNS}
+        # Django's connection hands jsonb back as text; the runtime's psycopg decodes it.
+        for name in _JSON_COLUMNS:
+            if isinstance(values[name], str):
+                values[name] = json.loads(values[name])
+        return cls(**values)
+
+    @classmethod
+    def from_tuple(cls, names: Sequence[str], values: Sequence[Any]) -> JobRow:
+        return cls.from_mapping(dict(zip(names, values, strict=False)))
+
+
+_JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result")
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobRow))
+# The column list every statement that returns a whole job row uses, in JobRow order.
+RETURNING_COLUMNS = ", ".join(COLUMNS)

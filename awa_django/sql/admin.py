@@ -1,0 +1,61 @@
+"""Statements behind the Client's operator actions (cancel, retry)."""
+
+from __future__ import annotations
+
+from ..channels import channel_sql
+from ..snapshot import RETURNING_COLUMNS as COLS
+from . import Statement
+
+_J_COLS = ", ".join("j." + c for c in COLS.split(", "))
+
+# Params: ids int8[]. T19: any non-terminal job → cancelled. Rows are locked in id order.
+# A running or parked attempt loses its lease in the same statement (its later outcome is
+# stale) and its worker hears awa:cancel, inside this transaction, to set is_cancelled().
+job_cancel_many = Statement(
+    "job_cancel_many",
+    f"""
+WITH target AS (
+    SELECT id, state AS prior_state FROM awa_jobs_hot
+    WHERE id = ANY(%(ids)s::int8[])
+      AND state NOT IN ('completed', 'failed', 'cancelled')
+    ORDER BY id
+    FOR UPDATE
+), cancelled AS (
+    UPDATE awa_jobs_hot j
+    SET state = 'cancelled', finalized_at = now(), callback_id = NULL,
+        callback_timeout_at = NULL
+    FROM target t WHERE j.id = t.id
+    RETURNING {_J_COLS}, t.prior_state
+), released AS (
+    DELETE FROM awa_active_leases l USING cancelled c WHERE l.job_id = c.id
+)
+SELECT {COLS}, CASE WHEN prior_state IN ('running', 'waiting_external') THEN
+    pg_notify('awa:cancel', json_build_object('job_id', id, 'run_lease', run_lease)::text)::text
+    END
+FROM cancelled
+""",
+)
+
+# Params: ids int8[]. Each retried job's queue is notified (duplicates fold into one). T21:
+# failed / cancelled / waiting_external → available, attempt reset, errors and run_lease kept.
+job_retry_many = Statement(
+    "job_retry_many",
+    f"""
+WITH target AS (
+    SELECT id FROM awa_jobs_hot
+    WHERE id = ANY(%(ids)s::int8[])
+      AND state IN ('failed', 'cancelled', 'waiting_external')
+    ORDER BY id
+    FOR UPDATE
+), retried AS (
+    UPDATE awa_jobs_hot j
+    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
+        callback_id = NULL, callback_timeout_at = NULL
+    FROM target t WHERE j.id = t.id
+    RETURNING {_J_COLS}
+), released AS (
+    DELETE FROM awa_active_leases l USING retried r WHERE l.job_id = r.id
+)
+SELECT {COLS}, pg_notify({channel_sql("queue")}, '')::text FROM retried
+""",
+)

@@ -1,0 +1,22 @@
+"""Job states: the one vocabulary for a job's place in its lifecycle (DESIGN §2)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class JobState(models.TextChoices):
+    SCHEDULED = "scheduled"
+    AVAILABLE = "available"
+    RUNNING = "running"
+    WAITING_EXTERNAL = "waiting_external"
+    RETRYABLE = "retryable"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES: frozenset[str] = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+)
+DEFERRED_STATES: frozenset[str] = frozenset({JobState.SCHEDULED, JobState.RETRYABLE})

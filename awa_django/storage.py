@@ -1,0 +1,72 @@
+"""Runs the named statements of `sql/` on either side of the system.
+
+The client side runs them on Django's connection (so they join the caller's transaction);
+the runtime runs them on its own psycopg connections. Both get `JobRow`s back. Database
+errors that a caller can act on are translated here, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from django.db import DatabaseError, connections
+
+from .exceptions import DatabaseUnavailable
+from .snapshot import COLUMNS, JobRow
+from .sql import Statement
+
+Params = Mapping[str, Any]
+
+
+def _rows_to_jobs(names: list[str], rows: list[tuple[Any, ...]]) -> list[JobRow]:
+    width = len(COLUMNS)
+    return [JobRow.from_tuple(names[:width], row[:width]) for row in rows]
+
+
+# -- client side: Django's connection ----------------------------------------------------
+@contextmanager
+def django_cursor(using: str) -> Iterator[Any]:
+    try:
+        with connections[using].cursor() as cursor:
+            yield cursor
+    except DatabaseError as exc:
+        if isinstance(getattr(exc, "__cause__", None), psycopg.OperationalError):
+            raise DatabaseUnavailable(f"database {using!r} is unavailable: {exc}") from exc
+        raise
+
+
+def fetch_jobs(using: str, statement: Statement, params: Params) -> list[JobRow]:
+    """Run a statement that returns job rows, on Django's connection `using`."""
+    with django_cursor(using) as cursor:
+        cursor.execute(statement.sql, params)
+        names = [d[0] for d in cursor.description]
+        return _rows_to_jobs(names, cursor.fetchall())
+
+
+def fetch_rows(using: str, statement: Statement, params: Params) -> list[tuple[Any, ...]]:
+    """Run a statement on Django's connection `using`; its plain result rows."""
+    with django_cursor(using) as cursor:
+        cursor.execute(statement.sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+# -- runtime side: the worker's psycopg connections --------------------------------------
+async def afetch_jobs(
+    conn: psycopg.AsyncConnection[Any], statement: Statement, params: Params
+) -> list[JobRow]:
+    """Run a statement that returns job rows on a runtime connection (autocommit)."""
+    async with conn.cursor() as cursor:
+        await cursor.execute(statement.sql, params)
+        names = [d.name for d in cursor.description or ()]
+        return _rows_to_jobs(names, await cursor.fetchall())
+
+
+async def afetch_rows(
+    conn: psycopg.AsyncConnection[Any], statement: Statement, params: Params
+) -> list[tuple[Any, ...]]:
+    async with conn.cursor() as cursor:
+        await cursor.execute(statement.sql, params)
+        return await cursor.fetchall() if cursor.description else []
