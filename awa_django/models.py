@@ -44,6 +44,15 @@ class Job(models.Model):
     class Meta:
         db_table = "awa_jobs_hot"
         ordering = ["-id"]
+        # One permission per operator action, so each admin action can be granted alone.
+        permissions = [
+            ("retry_job", "Can retry jobs"),
+            ("cancel_job", "Can cancel jobs"),
+            ("complete_callback", "Can complete external callbacks"),
+            ("fail_callback", "Can fail external callbacks"),
+            ("retry_callback", "Can retry external callbacks"),
+            ("pause_queue", "Can pause and resume queues"),
+        ]
         indexes = [
             models.Index(
                 fields=["queue", "priority", "run_at", "id"],

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "awa_django",
     "testproject.shop",
+    "testproject.testjobs",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class TestJobsConfig(AppConfig):
+    """Jobs the acceptance tests run in real worker processes."""
+
+    name = "testproject.testjobs"
+    label = "testjobs"
