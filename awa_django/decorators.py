@@ -17,6 +17,7 @@ from .registry import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound=Callable[[Any], Any])
 
 
 def job(
@@ -49,27 +50,41 @@ def job(
 
 def on_event(
     args_type: type,
-    hook: Callable[[Any], Any],
+    hook: H,
     *,
     events: Iterable[type[Event]] | None = None,
-) -> None:
+) -> H:
     """Call `hook(event)` after each committed event of `args_type`'s kind; `event.args` is
-    an `args_type` instance. Register in `AppConfig.ready()`."""
+    an `args_type` instance. `events` picks a subset ({Completed, Exhausted}); default all.
+    Register in `AppConfig.ready()`. Returns `hook`.
+
+    A hook whose `args_type` cannot decode a job's stored args is skipped for that event
+    with a warning; the job itself is never touched by a hook.
+    """
     validate_args_type(args_type)
+    _check_hook(hook)
     registry.add_hook(
         HookRegistration(kind_for(args_type), hook, normalize_events(events), args_type)
     )
+    return hook
 
 
-def on_event_kind(
-    kind: str, hook: Callable[[Any], Any], *, events: Iterable[type[Event]] | None = None
-) -> None:
-    """Untyped hook keyed by kind string; `event.args` is the stored dict."""
+def on_event_kind(kind: str, hook: H, *, events: Iterable[type[Event]] | None = None) -> H:
+    """Untyped hook keyed by kind string; `event.args` is the stored dict. Returns `hook`."""
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"kind must be a non-empty string, got {kind!r}")
+    _check_hook(hook)
     registry.add_hook(HookRegistration(kind, hook, normalize_events(events), None))
+    return hook
 
 
-def on_any_event(
-    hook: Callable[[Any], Any], *, events: Iterable[type[Event]] | None = None
-) -> None:
-    """Untyped hook for every kind (metrics, alerting)."""
+def on_any_event(hook: H, *, events: Iterable[type[Event]] | None = None) -> H:
+    """Untyped hook for every kind (metrics, alerting). Returns `hook`."""
+    _check_hook(hook)
     registry.add_hook(HookRegistration(None, hook, normalize_events(events), None))
+    return hook
+
+
+def _check_hook(hook: object) -> None:
+    if not callable(hook):
+        raise TypeError(f"a lifecycle hook must be callable (sync or async), got {hook!r}")

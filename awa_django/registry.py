@@ -1,12 +1,16 @@
 """The in-process registry: kinds → handlers and kinds → lifecycle hooks.
 
-It knows nothing of storage or the worker (DESIGN §9).
+It knows nothing of storage or the worker (DESIGN §9). Hooks belong in
+`AppConfig.ready()`: a worker calls `registry.mark_started()` once it runs, and a hook
+registered after that is accepted with a warning, because worker processes that are
+already running never see it (docs/decisions/004-hook-semantics.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -14,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .events import ALL_EVENTS, Event
+
+logger = logging.getLogger("awa_django.hooks")
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
@@ -51,7 +57,9 @@ class HookRegistration:
 class Registry:
     def __init__(self) -> None:
         self._jobs: dict[str, JobDefinition] = {}
-        self._hooks: list[HookRegistration] = []
+        # Replaced, never mutated, so a dispatch in another thread iterates a stable tuple.
+        self._hooks: tuple[HookRegistration, ...] = ()
+        self._started = False
         self._resolvers: list[Callable[[str], JobDefinition | None]] = []
         self._lock = threading.Lock()
 
@@ -89,8 +97,18 @@ class Registry:
 
     # -- hooks ------------------------------------------------------------------------
     def add_hook(self, registration: HookRegistration) -> None:
+        if self._started:
+            logger.warning(
+                "lifecycle hook %s.%s for %s was registered after this process's worker "
+                "started: it sees only events this process dispatches from now on, and "
+                "worker processes that are already running never see it. Register hooks "
+                "in AppConfig.ready().",
+                getattr(registration.hook, "__module__", "?"),
+                getattr(registration.hook, "__qualname__", registration.hook),
+                "every kind" if registration.kind is None else f"kind {registration.kind!r}",
+            )
         with self._lock:
-            self._hooks.append(registration)
+            self._hooks = (*self._hooks, registration)
 
     def hooks_for(self, kind: str, event_type: type[Event]) -> list[HookRegistration]:
         """Hooks that want this event for this kind, in registration order."""
@@ -106,7 +124,17 @@ class Registry:
 
     def clear_hooks(self) -> None:
         with self._lock:
-            self._hooks.clear()
+            self._hooks = ()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def mark_started(self, started: bool = True) -> None:
+        """Called by a worker once it runs (and by tests with False to reset): from then on
+        registering a hook logs a warning."""
+        self._started = started
+
+    @property
+    def started(self) -> bool:
+        return self._started
 
 
 registry = Registry()

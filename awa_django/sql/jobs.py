@@ -21,7 +21,7 @@ WITH inserted AS (
     INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts,
                               run_at, created_at, run_lease, errors, metadata, tags,
                               attempted_by)
-    VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s, %(priority)s, 0,
+    VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s::text, %(priority)s, 0,
             %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()), now(), 0, '[]',
             %(metadata)s::jsonb, %(tags)s::text[], '{{}}')
     RETURNING {COLS}
@@ -128,7 +128,8 @@ SELECT {COLS} FROM finished
 # cancel, fail, park). Params: id, run_lease, state (target), run_at_mode ('keep' |
 # 'delay' | 'backoff'), delay_seconds, attempt_refund (1 for Snooze, else 0),
 # finalize (bool: set finalized_at), error (text or NULL), terminal (bool),
-# progress (json text or NULL: the attempt's latest snapshot), require_callback (park).
+# progress (json text or NULL: the attempt's latest snapshot), callback_id (park only:
+# the token the handler returned must still be the job's current callback).
 # Backoff is min(2^a + U[0,0.25)*2^a, 24 h) seconds on the database clock.
 # Zero rows = stale outcome (rescued, cancelled or re-claimed): the caller drops it.
 job_set_state_if_running = Statement(
@@ -136,25 +137,25 @@ job_set_state_if_running = Statement(
     f"""
 WITH moved AS (
     UPDATE awa_jobs_hot
-    SET state = %(state)s,
-        run_at = CASE %(run_at_mode)s
+    SET state = %(state)s::text,
+        run_at = CASE %(run_at_mode)s::text
             WHEN 'delay' THEN now() + make_interval(secs => greatest(%(delay_seconds)s::float8, 0))
             WHEN 'backoff' THEN now() + make_interval(
                 secs => least(power(2, attempt) * (1 + random() * 0.25), 86400))
             ELSE run_at END,
         attempt = attempt - %(attempt_refund)s::int2,
-        finalized_at = CASE WHEN %(finalize)s THEN now() ELSE finalized_at END,
+        finalized_at = CASE WHEN %(finalize)s::bool THEN now() ELSE finalized_at END,
         errors = CASE WHEN %(error)s::text IS NULL THEN errors
             ELSE errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
                 'error', %(error)s::text, 'attempt', attempt, 'at', now(),
-                'terminal', CASE WHEN %(terminal)s THEN true END))) END,
+                'terminal', CASE WHEN %(terminal)s::bool THEN true END))) END,
         progress = CASE WHEN %(progress)s::text IS NULL THEN progress
                         ELSE %(progress)s::jsonb END,
-        callback_id = CASE WHEN %(state)s = 'waiting_external' THEN callback_id END,
-        callback_timeout_at = CASE WHEN %(state)s = 'waiting_external'
+        callback_id = CASE WHEN %(state)s::text = 'waiting_external' THEN callback_id END,
+        callback_timeout_at = CASE WHEN %(state)s::text = 'waiting_external'
                                    THEN callback_timeout_at END
     WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
-      AND (NOT %(require_callback)s OR callback_id IS NOT NULL)
+      AND (%(callback_id)s::uuid IS NULL OR callback_id = %(callback_id)s::uuid)
     RETURNING {COLS}
 ), released AS (
     DELETE FROM awa_active_leases l USING moved m
@@ -176,3 +177,55 @@ RETURNING id
 
 # Params: id. Reads one row by primary key (the executor re-reads after a stale park).
 job_get = Statement("job_get", f"SELECT {COLS} FROM awa_jobs_hot WHERE id = %(id)s")
+
+# Params: id, run_lease, callback_id (a fresh uuid4 from the worker), timeout_seconds.
+# Re-registering replaces the token, so an older token can no longer resolve the job.
+job_register_callback = Statement(
+    "job_register_callback",
+    """
+UPDATE awa_jobs_hot
+SET callback_id = %(callback_id)s::uuid,
+    callback_timeout_at = now() + make_interval(secs => %(timeout_seconds)s::float8)
+WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+RETURNING callback_id, callback_timeout_at
+""",
+)
+
+# Params: id, run_lease, callback_id. Sequential wait (T11, wait mode): the handler keeps
+# its slot and its lease; the lease's deadline is lifted because waiting is not running.
+job_enter_wait = Statement(
+    "job_enter_wait",
+    """
+WITH waiting AS (
+    UPDATE awa_jobs_hot SET state = 'waiting_external'
+    WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+      AND callback_id = %(callback_id)s::uuid
+    RETURNING id, run_lease
+), lifted AS (
+    UPDATE awa_active_leases l SET deadline_at = NULL
+    FROM waiting w WHERE l.job_id = w.id AND l.run_lease = w.run_lease
+)
+SELECT id FROM waiting
+""",
+)
+
+# Params: id, run_lease. Takes the payload resume_external left in metadata (and removes
+# it), once the job is running again under this attempt. Returns (state, has_payload,
+# payload): state tells a waiting handler whether it lost the job meanwhile.
+job_take_callback_result = Statement(
+    "job_take_callback_result",
+    """
+WITH current AS (
+    SELECT id, state, run_lease, metadata ? '_awa_callback_result' AS has_payload,
+           metadata -> '_awa_callback_result' AS payload
+    FROM awa_jobs_hot WHERE id = %(id)s
+    FOR UPDATE
+), taken AS (
+    UPDATE awa_jobs_hot j SET metadata = j.metadata - '_awa_callback_result'
+    FROM current c
+    WHERE j.id = c.id AND c.has_payload AND c.state = 'running'
+      AND c.run_lease = %(run_lease)s
+)
+SELECT state, run_lease, has_payload, payload FROM current
+""",
+)

@@ -1,4 +1,5 @@
-"""Example jobs of the demo shop: one succeeds, one retries then succeeds, one fails."""
+"""Example jobs of the demo shop: one succeeds, one retries then succeeds, one fails for
+good, and one parks until an outside system (the carrier) calls back."""
 
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ class ChargeCard:
     amount_cents: int
 
 
+@dataclass
+class RequestShippingLabel:
+    order_id: int
+    carrier: str = "parcelco"
+
+
 @awa_django.job(SendReceipt, queue="email", max_attempts=5)
 def send_receipt(job: Job[SendReceipt]) -> None:
     job.set_progress(100, f"receipt for order {job.args.order_id} sent to {job.args.email}")
@@ -36,6 +43,7 @@ def send_receipt(job: Job[SendReceipt]) -> None:
 async def sync_inventory(job: Job[SyncInventory]) -> None:
     await asyncio.sleep(0)
     if job.attempt <= job.args.fail_times:
+        # Any exception means "retry with backoff" until max_attempts is used up.
         raise ConnectionError(f"inventory service timed out for {job.args.sku}")
 
 
@@ -43,3 +51,13 @@ async def sync_inventory(job: Job[SyncInventory]) -> None:
 def charge_card(job: Job[ChargeCard]) -> None:
     if job.args.amount_cents <= 0:
         raise awa_django.TerminalError(f"refusing to charge {job.args.amount_cents} cents")
+
+
+@awa_django.job(RequestShippingLabel)
+def request_shipping_label(job: Job[RequestShippingLabel]) -> awa_django.WaitForCallback:
+    # A real handler would send token.id to the carrier's API here; the carrier later
+    # POSTs a signed request to /awa/callbacks/<token.id>/complete. The job is parked in
+    # `waiting_external` meanwhile and holds no worker slot.
+    token = job.register_callback(timeout=600)
+    job.update_metadata({"carrier": job.args.carrier, "callback_id": str(token.id)})
+    return awa_django.WaitForCallback(token)

@@ -1,0 +1,43 @@
+# The newcomer's commands. Each one creates .venv (Python >= 3.12) and installs the project
+# on first use, then runs against $DATABASE_URL if set, else an embedded PostgreSQL kept
+# in .pgdata/ (started for the command, stopped afterwards).
+#
+#   make demo     migrate, start a worker, run the example jobs, print what happened
+#   make test     ruff, format check, makemigrations --check, mypy, pytest
+#   make admin    migrate and serve the admin on http://127.0.0.1:8000/admin/
+#   make db-start / db-stop / db-status   keep the embedded PostgreSQL running by hand
+
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+PGENV := $(PYTHON) devtools/pgenv.py
+# Extra pytest arguments, e.g. make test PYTEST_ARGS="tests/unit -x"
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test admin worker db-start db-stop db-status clean-db
+
+venv:
+	@VENV=$(VENV) bash devtools/bootstrap.sh
+
+demo: venv
+	$(PGENV) -- sh -c '$(PYTHON) manage.py migrate --no-input -v 0 && $(PYTHON) manage.py awa_demo'
+
+test: venv
+	$(PGENV) -- $(PYTHON) devtools/check.py $(PYTEST_ARGS)
+
+admin: venv
+	$(PGENV) -- sh -c '$(PYTHON) manage.py migrate --no-input -v 0 && $(PYTHON) manage.py runserver 127.0.0.1:8000'
+
+worker: venv
+	$(PGENV) -- sh -c '$(PYTHON) manage.py migrate --no-input -v 0 && $(PYTHON) manage.py awa_worker'
+
+db-start: venv
+	$(PGENV) --start
+
+db-stop: venv
+	$(PGENV) --stop
+
+db-status: venv
+	$(PGENV) --status
+
+clean-db: db-stop
+	rm -rf .pgdata

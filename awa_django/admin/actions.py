@@ -1,0 +1,147 @@
+"""Admin actions on jobs. Each one calls the `Client` (so guards and hooks are the same as
+from code), needs its own permission and reports what it did and what it skipped."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db import router
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from ..client import Client
+from ..exceptions import CallbackNotFound
+from ..models import Job
+from ..states import JobState
+from .forms import CompleteCallbackForm, FailCallbackForm
+
+# One action handles at most this many jobs: retry/cancel are one statement each, the
+# callback actions one transaction per job.
+MAX_BULK = 10_000
+MAX_CALLBACKS = 500
+
+
+def _client() -> Client:
+    return Client(router.db_for_write(Job))
+
+
+def _selected_ids(request: HttpRequest, queryset: QuerySet[Job], limit: int) -> list[int] | None:
+    ids = list(queryset.order_by().values_list("id", flat=True)[: limit + 1])
+    if len(ids) > limit:
+        messages.error(request, f"Select at most {limit} jobs for this action.")
+        return None
+    return ids
+
+
+def report(request: HttpRequest, noun: str, verb: str, done: int, skipped: int, why: str) -> None:
+    """'2 jobs retried; 3 skipped: not failed, cancelled or waiting_external'."""
+    text = f"{done} {noun}{'' if done == 1 else 's'} {verb}"
+    if skipped:
+        text += f"; {skipped} skipped: {why}"
+    messages.add_message(request, messages.WARNING if skipped else messages.SUCCESS, text)
+
+
+@admin.action(permissions=["retry_job"], description="Retry selected jobs")
+def retry_jobs(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+    ids = _selected_ids(request, queryset, MAX_BULK)
+    if ids is not None:
+        retried = _client().retry_many(ids)
+        why = "not failed, cancelled or waiting_external"
+        report(request, "job", "retried", len(retried), len(ids) - len(retried), why)
+
+
+@admin.action(permissions=["cancel_job"], description="Cancel selected jobs")
+def cancel_jobs(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+    ids = _selected_ids(request, queryset, MAX_BULK)
+    if ids is not None:
+        cancelled = _client().cancel_many(ids)
+        why = "already completed, failed or cancelled"
+        report(request, "job", "cancelled", len(cancelled), len(ids) - len(cancelled), why)
+
+
+def _resolve_callbacks(
+    request: HttpRequest, queryset: QuerySet[Job], verb: str, resolve: Callable[[uuid.UUID], Any]
+) -> None:
+    """Resolve the callback of every selected waiting_external job; the rest, and callbacks
+    resolved meanwhile (CallbackNotFound), are skipped."""
+    ids = _selected_ids(request, queryset, MAX_CALLBACKS)
+    if ids is None:
+        return
+    parked = queryset.filter(
+        id__in=ids, state=JobState.WAITING_EXTERNAL, callback_id__isnull=False
+    ).values_list("callback_id", flat=True)
+    done = 0
+    for callback_id in parked:
+        try:
+            resolve(callback_id)
+        except CallbackNotFound:
+            continue
+        done += 1
+    why = "not waiting_external or callback already resolved"
+    report(request, "callback", verb, done, len(ids) - done, why)
+
+
+def _intermediate(
+    modeladmin: Any,
+    request: HttpRequest,
+    queryset: QuerySet[Job],
+    form: forms.Form,
+    title: str,
+) -> TemplateResponse:
+    """The form page between choosing a callback action and running it; it posts back to
+    the change list with the same action and selection plus `apply`."""
+    ids = list(queryset.order_by().values_list("id", flat=True)[: MAX_CALLBACKS + 1])
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "opts": opts,
+        "form": form,
+        "ids": ids[:MAX_CALLBACKS],
+        "too_many": len(ids) > MAX_CALLBACKS,
+        "action": request.POST.get("action", ""),
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "media": modeladmin.media + form.media,
+    }
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(request, "admin/awa_django/job/callback_action.html", context)
+
+
+@admin.action(permissions=["complete_callback"], description="Complete callback of selected jobs")
+def complete_callbacks(
+    modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
+) -> TemplateResponse | None:
+    form = CompleteCallbackForm(request.POST if "apply" in request.POST else None)
+    if not form.is_valid():
+        return _intermediate(modeladmin, request, queryset, form, "Complete callbacks")
+    payload = form.cleaned_data["payload"]
+    client = _client()
+    _resolve_callbacks(
+        request, queryset, "completed", lambda cb: client.complete_external(cb, payload)
+    )
+    return None
+
+
+@admin.action(permissions=["fail_callback"], description="Fail callback of selected jobs")
+def fail_callbacks(
+    modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
+) -> TemplateResponse | None:
+    form = FailCallbackForm(request.POST if "apply" in request.POST else None)
+    if not form.is_valid():
+        return _intermediate(modeladmin, request, queryset, form, "Fail callbacks")
+    error = form.cleaned_data["error"]
+    client = _client()
+    _resolve_callbacks(request, queryset, "failed", lambda cb: client.fail_external(cb, error))
+    return None
+
+
+@admin.action(permissions=["retry_callback"], description="Retry callback of selected jobs")
+def retry_callbacks(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+    client = _client()
+    _resolve_callbacks(request, queryset, "retried", client.retry_external)

@@ -1,0 +1,49 @@
+"""Forms of the job admin: the intermediate pages of the callback actions and the
+dashboard's queue buttons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from ..conf import validate_queue_name
+from ..exceptions import InvalidQueueName
+
+MAX_ERROR_CHARS = 2000
+
+
+class CompleteCallbackForm(forms.Form):
+    """Payload handed to `Client.complete_external` (any JSON value; empty means none)."""
+
+    payload = forms.JSONField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
+        help_text='Optional JSON value passed as the callback payload, e.g. {"ok": true}.',
+    )
+
+
+class FailCallbackForm(forms.Form):
+    """Error text recorded on the job by `Client.fail_external`."""
+
+    error = forms.CharField(
+        max_length=MAX_ERROR_CHARS,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80}),
+        help_text="Recorded in the job's error history; the job becomes failed.",
+    )
+
+
+class QueueOperationForm(forms.Form):
+    """A pause or resume button of the dashboard."""
+
+    queue = forms.CharField(max_length=200)
+    operation = forms.ChoiceField(choices=[("pause", "pause"), ("resume", "resume")])
+
+    def clean_queue(self) -> str:
+        queue: Any = self.cleaned_data["queue"]
+        try:
+            return validate_queue_name(queue)
+        except InvalidQueueName as exc:
+            raise ValidationError(str(exc)) from exc

@@ -1,0 +1,120 @@
+"""`python manage.py awa_worker`: run the job worker (see docs/worker.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from ...conf import QueueConfig, load_settings, validate_queue_name
+from ...exceptions import InvalidQueueName
+from ...registry import registry
+from ...worker.runtime import run_worker
+from ...worker.supervisor import Supervisor
+
+TIMING_FLAGS = {
+    "poll_interval": "seconds between polls when no NOTIFY arrives (default 0.2)",
+    "heartbeat_interval": "seconds between lease heartbeats (default 30)",
+    "heartbeat_staleness": "seconds after which a silent attempt is rescued (default 90)",
+    "rescue_interval": "seconds between rescue sweeps by the leader (default 30)",
+    "promote_interval": "seconds between promotions of due jobs (default 0.25)",
+    "prune_interval": "seconds between retention prunes (default 60)",
+    "leader_ttl": "seconds a maintenance leader lease lasts (default 30)",
+    "election_interval": "seconds between election attempts of non-leaders (default 10)",
+    "shutdown_grace": "seconds in-flight jobs get to finish on SIGTERM (default 30)",
+}
+
+
+def queue_option(value: str) -> tuple[str, int]:
+    name, _, count = value.partition("=")
+    try:
+        validate_queue_name(name)
+        concurrency = int(count) if count else 10
+    except (InvalidQueueName, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=CONCURRENCY, got {value!r}: {exc}"
+        ) from exc
+    if concurrency < 1:
+        raise argparse.ArgumentTypeError("concurrency must be at least 1")
+    return name, concurrency
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return seconds
+
+
+class Command(BaseCommand):
+    help = "Run the awa job worker: claims and runs jobs until SIGTERM/SIGINT."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            type=queue_option,
+            default=[],
+            metavar="NAME=N",
+            help="queue to work and its concurrency (repeatable; default: AWA['QUEUES'])",
+        )
+        parser.add_argument("--processes", type=int, default=1, help="worker processes")
+        parser.add_argument(
+            "--deadline",
+            type=float,
+            help="per-attempt deadline for all queues "
+            "in seconds (0 = none; default per queue, 300)",
+        )
+        parser.add_argument("--worker-id", help="identity shown in leases and the dashboard")
+        for name, text in TIMING_FLAGS.items():
+            parser.add_argument(f"--{name.replace('_', '-')}", type=positive_seconds, help=text)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["processes"] < 1:
+            raise CommandError("--processes must be at least 1")
+        try:
+            settings = load_settings().with_overrides(
+                **{name: options[name] for name in TIMING_FLAGS}
+            )
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        queues = self._queues(settings.queues, options)
+        if options["processes"] > 1:
+            raise SystemExit(Supervisor(options["processes"], self._child_args()).run())
+        if not logging.getLogger("awa_django").handlers and not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        registry.mark_started() if hasattr(registry, "mark_started") else None
+        raise SystemExit(run_worker(settings, queues, options["worker_id"]))
+
+    def _queues(
+        self, configured: dict[str, QueueConfig], options: dict[str, Any]
+    ) -> list[QueueConfig]:
+        chosen = dict(options["queue"]) or {n: q.concurrency for n, q in configured.items()}
+        queues = []
+        for name, concurrency in chosen.items():
+            base = configured.get(name) or QueueConfig(name)
+            deadline = base.deadline if options["deadline"] is None else options["deadline"]
+            if deadline < 0:
+                raise CommandError("--deadline must be >= 0")
+            queues.append(QueueConfig(name, concurrency, deadline))
+        return queues
+
+    @staticmethod
+    def _child_args() -> list[str]:
+        import sys
+
+        args, skip = [], False
+        for arg in sys.argv[2:]:
+            if skip:
+                skip = False
+            elif arg == "--processes":
+                skip = True
+            elif not arg.startswith("--processes="):
+                args.append(arg)
+        return args

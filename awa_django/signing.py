@@ -1,0 +1,134 @@
+"""Signing and verifying HTTP callback requests (docs/decisions/003-callback-signature.md).
+
+A request carries two headers:
+
+    X-Awa-Timestamp: <unix seconds>
+    X-Awa-Signature: v1=<lowercase hex HMAC-SHA256(secret, canonical string)>
+
+where the canonical string is the UTF-8 encoding of
+
+    "<timestamp>\\n<METHOD>\\n<path>\\n<lowercase hex SHA-256 of the raw body>"
+
+`path` is the URL path exactly as Django sees it (`request.path`: script prefix included,
+no scheme, host or query string). The path names the callback and the action, so a
+signature for one callback or verb is useless for another; the body hash authenticates the
+payload; the timestamp bounds replays to the replay window (old and future alike).
+
+Senders use `sign_callback_request` (and `callback_url` to build the URL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import time
+import uuid
+
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import reverse
+
+from .conf import awa_settings
+from .exceptions import AwaError
+
+TIMESTAMP_HEADER = "X-Awa-Timestamp"
+SIGNATURE_HEADER = "X-Awa-Signature"
+SCHEME = "v1"
+ACTIONS = ("complete", "fail", "retry", "heartbeat")
+
+_TIMESTAMP_RE = re.compile(r"^[0-9]{1,12}$")
+_SIGNATURE_RE = re.compile(r"^v1=([0-9a-f]{64})$")
+
+
+class InvalidSignature(AwaError):
+    """The callback request's signature is missing, malformed, wrong or outside the replay
+    window."""
+
+
+def canonical_string(timestamp: str, method: str, path: str, body: bytes) -> bytes:
+    """The exact bytes that are signed (see the module docstring)."""
+    digest = hashlib.sha256(body).hexdigest()
+    return f"{timestamp}\n{method.upper()}\n{path}\n{digest}".encode()
+
+
+def compute_signature(
+    secret: str | bytes, timestamp: str, method: str, path: str, body: bytes
+) -> str:
+    """The `X-Awa-Signature` header value for these inputs: `v1=<hex>`."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    mac = hmac.new(key, canonical_string(timestamp, method, path, body), hashlib.sha256)
+    return f"{SCHEME}={mac.hexdigest()}"
+
+
+def sign_callback_request(
+    method: str,
+    path: str,
+    body: bytes | str,
+    *,
+    secret: str | bytes | None = None,
+    timestamp: int | None = None,
+) -> dict[str, str]:
+    """The headers that authenticate one callback request.
+
+        body = json.dumps({"payload": {"ok": True}}).encode()
+        url = callback_url(token.id, "complete")
+        headers = sign_callback_request("POST", url, body)
+        requests.post("https://shop.example" + url, data=body, headers=headers)
+
+    `secret` defaults to `AWA["CALLBACK_SECRET"]`; `timestamp` to now (unix seconds).
+    Send `body` byte for byte as signed.
+    """
+    secret = _secret(secret)
+    stamp = str(int(time.time()) if timestamp is None else int(timestamp))
+    raw = body.encode() if isinstance(body, str) else body
+    return {
+        TIMESTAMP_HEADER: stamp,
+        SIGNATURE_HEADER: compute_signature(secret, stamp, method, path, raw),
+    }
+
+
+def verify_callback_request(
+    method: str,
+    path: str,
+    body: bytes,
+    *,
+    timestamp: str | None,
+    signature: str | None,
+    secret: str | bytes,
+    replay_window: float,
+    now: float | None = None,
+) -> None:
+    """Raise InvalidSignature unless the headers sign exactly this request within the
+    replay window. The comparison is constant-time."""
+    if not timestamp or not signature:
+        raise InvalidSignature(f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header")
+    if not _TIMESTAMP_RE.match(timestamp):
+        raise InvalidSignature(f"{TIMESTAMP_HEADER} must be whole unix seconds")
+    if not _SIGNATURE_RE.match(signature):
+        raise InvalidSignature(f"{SIGNATURE_HEADER} must be {SCHEME}=<64 lowercase hex digits>")
+    skew = int(timestamp) - (time.time() if now is None else now)
+    if skew < -replay_window:
+        raise InvalidSignature("the signature has expired (timestamp outside the replay window)")
+    if skew > replay_window:
+        raise InvalidSignature("the signature's timestamp is in the future")
+    expected = compute_signature(secret, timestamp, method, path, body)
+    if not hmac.compare_digest(expected.encode(), signature.encode()):
+        raise InvalidSignature("the signature does not match this request")
+
+
+def callback_url(callback_id: uuid.UUID | str, action: str, *, base: str = "") -> str:
+    """The URL path of a callback action (`base`, e.g. "https://shop.example", prefixed),
+    as routed by `include("awa_django.urls")`."""
+    if action not in ACTIONS:
+        raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {action!r}")
+    path = reverse(f"awa_django:callback_{action}", kwargs={"callback_id": str(callback_id)})
+    return base.rstrip("/") + path
+
+
+def _secret(secret: str | bytes | None) -> str | bytes:
+    secret = secret if secret is not None else awa_settings().callback_secret
+    if not secret:
+        raise ImproperlyConfigured(
+            'No callback secret: set AWA["CALLBACK_SECRET"] or pass secret= to sign a request.'
+        )
+    return secret

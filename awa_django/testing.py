@@ -1,0 +1,232 @@
+"""Test helpers for users (STYLE §13): run enqueued jobs inline, assert what was enqueued,
+capture lifecycle events. See docs/testing.md.
+
+    def test_checkout(db):
+        checkout(order)
+        assert_enqueued(SendReceipt, order_id=order.id)
+        assert drain() == 1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.tasks import Task
+
+from . import storage
+from .events import ALL_EVENTS, Event
+from .models import Job
+from .registry import HookRegistration, kind_for, registry
+from .sql import maintenance as maintenance_sql
+from .states import JobState
+
+__all__ = [
+    "CapturedEvents",
+    "assert_enqueued",
+    "assert_not_enqueued",
+    "capture_events",
+    "drain",
+    "enqueued_jobs",
+]
+
+# States of a job that is still waiting to run: what "enqueued" means here.
+WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+MAX_DRAIN_ATTEMPTS = 10_000
+_PROMOTE_BATCH = 1000
+_LISTED = 20
+
+
+# -- drain --------------------------------------------------------------------------------
+def drain(
+    queue: str | None = None, *, using: str = "default", max_attempts: int = MAX_DRAIN_ATTEMPTS
+) -> int:
+    """Run every job that is due, inline in the calling thread, until none is left; return
+    how many attempts ran.
+
+    Due means available now, or scheduled/retryable with a `run_at` already past (drain
+    promotes those first, as the worker's leader would). Jobs a handler enqueues are run
+    too. A job due in the future is left alone. Raises AssertionError after
+    `max_attempts` attempts: something keeps re-enqueueing or snoozing with no delay.
+    """
+    from .worker.inline import run_available  # the runtime is imported only when used
+
+    total = 0
+    while True:
+        _promote_due(using)
+        ran = run_available(queue, using=using)
+        total += ran
+        if ran == 0:
+            return total
+        if total >= max_attempts:
+            raise AssertionError(
+                f"drain() ran {total} attempts and jobs keep becoming due: does a handler "
+                "snooze or retry with no delay, or enqueue jobs without end?"
+            )
+
+
+def _promote_due(using: str) -> None:
+    # Rows come back one per queue; a short batch means nothing due is left.
+    while True:
+        rows = storage.fetch_rows(using, maintenance_sql.job_promote_due, {"limit": _PROMOTE_BATCH})
+        if sum(row[1] for row in rows) < _PROMOTE_BATCH:
+            return
+
+
+# -- assertions ---------------------------------------------------------------------------
+def enqueued_jobs(
+    kind: type | str | Task | None = None, *, queue: str | None = None, using: str = "default"
+) -> list[Job]:
+    """Jobs still waiting to run (scheduled, available, retryable), oldest first."""
+    jobs = Job.objects.using(using).filter(state__in=WAITING_STATES).order_by("id")
+    if kind is not None:
+        jobs = jobs.filter(kind=_kind(kind))
+    if queue is not None:
+        jobs = jobs.filter(queue=queue)
+    return list(jobs)
+
+
+def assert_enqueued(
+    kind: type | str | Task,
+    *,
+    queue: str | None = None,
+    count: int | None = None,
+    using: str = "default",
+    **fields: Any,
+) -> list[Job]:
+    """Assert that a waiting job of this kind (an args dataclass, a kind string, or a
+    django task) exists whose args have these field values; return the matches.
+
+    With `count`, exactly that many must match. The AssertionError lists what is enqueued.
+    """
+    matches = _matching(kind, queue, using, fields)
+    if (count is None and not matches) or (count is not None and len(matches) != count):
+        wanted = "a" if count is None else f"exactly {count}"
+        raise AssertionError(
+            f"expected {wanted} {_describe(kind, queue, fields)} job, found "
+            f"{len(matches)}.\n{_listing(using)}"
+        )
+    return matches
+
+
+def assert_not_enqueued(
+    kind: type | str | Task, *, queue: str | None = None, using: str = "default", **fields: Any
+) -> None:
+    """Assert that no waiting job of this kind (with these args fields) exists."""
+    matches = _matching(kind, queue, using, fields)
+    if matches:
+        raise AssertionError(
+            f"expected no {_describe(kind, queue, fields)} job, found {len(matches)}.\n"
+            f"{_listing(using)}"
+        )
+
+
+def _kind(kind: type | str | Task) -> str:
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, Task):
+        return kind.module_path
+    return kind_for(kind)
+
+
+def _matching(
+    kind: type | str | Task, queue: str | None, using: str, fields: dict[str, Any]
+) -> list[Job]:
+    expected = {name: _as_json(value) for name, value in fields.items()}
+    return [
+        job
+        for job in enqueued_jobs(kind, queue=queue, using=using)
+        if isinstance(job.args, dict)
+        and all(name in job.args and job.args[name] == value for name, value in expected.items())
+    ]
+
+
+def _as_json(value: Any) -> Any:
+    """What `value` looks like once stored (tuples become lists, dataclasses dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return value
+
+
+def _describe(kind: type | str | Task, queue: str | None, fields: dict[str, Any]) -> str:
+    parts = [repr(_kind(kind))]
+    if queue is not None:
+        parts.append(f"on queue {queue!r}")
+    if fields:
+        parts.append("with " + ", ".join(f"{k}={v!r}" for k, v in fields.items()))
+    return " ".join(parts)
+
+
+def _listing(using: str) -> str:
+    jobs = enqueued_jobs(using=using)
+    if not jobs:
+        return "Nothing is enqueued."
+    lines = [
+        f"  #{j.id} {j.kind} queue={j.queue} state={j.state} args={j.args!r:.200}"
+        for j in jobs[:_LISTED]
+    ]
+    more = f"\n  ... and {len(jobs) - _LISTED} more" if len(jobs) > _LISTED else ""
+    return "Enqueued:\n" + "\n".join(lines) + more
+
+
+# -- events -------------------------------------------------------------------------------
+class CapturedEvents:
+    """The lifecycle events dispatched while `capture_events()` was active, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+
+    def record(self, event: Event) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def of_type(self, *types: type[Event]) -> list[Event]:
+        return [e for e in self.events if isinstance(e, types)]
+
+    def for_kind(self, kind: type | str | Task) -> list[Event]:
+        name = _kind(kind)
+        return [e for e in self.events if e.job.kind == name]
+
+    def names(self) -> list[str]:
+        """Event class names in dispatch order, e.g. ["Started", "Completed"]."""
+        return [type(e).__name__ for e in self.events]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(list(self.events))
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+
+@contextmanager
+def capture_events() -> Iterator[CapturedEvents]:
+    """Collect every lifecycle event dispatched inside the block (any kind, any event).
+
+    Events are dispatched after the transition commits: in a test wrapped in a
+    transaction, client-side events (Client.cancel) wait for on_commit, so use
+    `django_capture_on_commit_callbacks(execute=True)` or a transactional test.
+    """
+    captured = CapturedEvents()
+    registration = HookRegistration(None, captured.record, ALL_EVENTS, None)
+    registry.add_hook(registration)
+    try:
+        yield captured
+    finally:
+        _remove_hook(registration)
+
+
+def _remove_hook(registration: HookRegistration) -> None:
+    # The registry has no remove_hook yet: re-register everything except ours, keeping
+    # hooks added meanwhile (and their order).
+    remaining = [h for h in registry.hooks() if h is not registration]
+    registry.clear_hooks()
+    for hook in remaining:
+        registry.add_hook(hook)

@@ -1,0 +1,152 @@
+"""Signed HTTP endpoints that resolve external callbacks (DESIGN §6, docs/callbacks.md).
+
+Thin by design: bound the body, verify the signature, parse, call the Client (so hooks fire
+in this process once the resolution commits), format JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from .client import Client, InvalidCallbackOption
+from .conf import AwaSettings, awa_settings
+from .exceptions import CallbackNotFound, DatabaseUnavailable, PayloadTooLarge, SerializationError
+from .signing import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    InvalidSignature,
+    verify_callback_request,
+)
+from .snapshot import JobRow
+
+logger = logging.getLogger("awa_django.callbacks")
+
+
+class _Rejected(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+_Resolve = Callable[[Client, uuid.UUID, dict[str, Any]], JobRow]
+
+# Per action: the body fields it accepts and the Client call it makes.
+_ACTIONS: dict[str, tuple[frozenset[str], _Resolve]] = {
+    "complete": (
+        frozenset({"payload"}),
+        lambda client, cb, body: client.complete_external(cb, body.get("payload")),
+    ),
+    "fail": (
+        frozenset({"error"}),
+        lambda client, cb, body: client.fail_external(cb, body.get("error")),  # type: ignore[arg-type]
+    ),
+    "retry": (frozenset(), lambda client, cb, body: client.retry_external(cb)),
+    "heartbeat": (
+        frozenset({"timeout_seconds"}),
+        lambda client, cb, body: client.heartbeat_callback(cb, body.get("timeout_seconds", 3600)),
+    ),
+}
+
+_STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
+    (InvalidSignature, 401),
+    (CallbackNotFound, 404),
+    (InvalidCallbackOption, 400),
+    (SerializationError, 400),
+    (PayloadTooLarge, 400),
+    (DatabaseUnavailable, 503),
+)
+
+
+# CSRF protection guards cookie-authenticated browser sessions; these requests carry no
+# session and are authenticated by their HMAC signature instead, so CSRF does not apply.
+@csrf_exempt
+def resolve_callback(request: HttpRequest, callback_id: str, action: str) -> JsonResponse:
+    """POST <prefix>/<callback_id>/<action>: 200 {"id", "state"} or {"error"} with 400,
+    401, 404, 405, 413 or 503."""
+    if request.method != "POST":
+        response = _error(405, "use POST")
+        response["Allow"] = "POST"
+        return response
+    fields, resolve = _ACTIONS[action]
+    settings = awa_settings()
+    try:
+        body = _read_body(request, settings.callback_max_body_bytes)
+        _authenticate(request, body, settings)
+        job = resolve(Client(), _callback_uuid(callback_id), _parse(body, fields))
+    except _Rejected as exc:
+        return _error(exc.status, str(exc))
+    except tuple(e for e, _ in _STATUS_OF) as exc:
+        return _error(next(s for e, s in _STATUS_OF if isinstance(exc, e)), str(exc))
+    return JsonResponse({"id": job.id, "state": job.state})
+
+
+def _read_body(request: HttpRequest, limit: int) -> bytes:
+    """The raw body, refusing anything over `limit` bytes before reading it: Content-Length
+    is checked first, and the read itself is bounded in case the header under-reports."""
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise _Rejected(400, "invalid Content-Length header") from None
+    if declared > limit:
+        raise _Rejected(413, f"body is larger than {limit} bytes")
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise _Rejected(413, f"body is larger than {limit} bytes")
+    return body
+
+
+def _authenticate(request: HttpRequest, body: bytes, settings: AwaSettings) -> None:
+    if not settings.callback_secret:
+        if settings.callback_allow_unsigned:
+            return  # development only; the awa.E010 system check says so
+        raise InvalidSignature('callbacks are refused: AWA["CALLBACK_SECRET"] is not set')
+    verify_callback_request(
+        request.method or "",
+        request.path,
+        body,
+        timestamp=request.headers.get(TIMESTAMP_HEADER),
+        signature=request.headers.get(SIGNATURE_HEADER),
+        secret=settings.callback_secret,
+        replay_window=settings.callback_replay_window,
+    )
+
+
+def _callback_uuid(callback_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(callback_id)
+    except ValueError:
+        raise _Rejected(400, f"{callback_id[:100]!r} is not a callback id (a UUID)") from None
+
+
+def _parse(body: bytes, fields: frozenset[str]) -> dict[str, Any]:
+    """The body as a JSON object with only `fields` (empty body = {})."""
+    if not body.strip():
+        return {}
+    try:
+        data = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise _Rejected(400, "body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise _Rejected(400, "body must be a JSON object")
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        allowed = ", ".join(sorted(fields)) or "none"
+        raise _Rejected(400, f"unknown field(s) {', '.join(unknown)}; allowed: {allowed}")
+    return data
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _error(status: int, message: str) -> JsonResponse:
+    if status >= 500:
+        logger.warning("callback request failed (%s): %s", status, message)
+    return JsonResponse({"error": message}, status=status)

@@ -1,0 +1,68 @@
+"""Batches `Completed` outcomes into one guarded statement (DESIGN §4 completer).
+
+Completions queue up while a flush is in flight, so the batch grows with the load without
+a timer. RETURNING tells each attempt whether its completion applied or was stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ..snapshot import JobRow
+from ..sql import jobs as jobs_sql
+from .database import Database, retry_transient
+
+BATCH_SIZE = 512
+
+Pending = tuple[JobRow, str | None, "asyncio.Future[JobRow | None]"]
+
+
+class Completer:
+    def __init__(self, db: Database, forced: Callable[[], bool]) -> None:
+        self.db = db
+        self.forced = forced
+        self._pending: list[Pending] = []
+        self._wake = asyncio.Event()
+        self.flushes = 0
+
+    async def complete(self, row: JobRow, result_json: str | None) -> JobRow | None:
+        """Queue one completion; resolves to the committed row, or None when stale."""
+        future: asyncio.Future[JobRow | None] = asyncio.get_running_loop().create_future()
+        self._pending.append((row, result_json, future))
+        self._wake.set()
+        return await future
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(0)  # let completions finishing in this tick join the batch
+            while self._pending:
+                await self.run_once()
+
+    async def run_once(self) -> int:
+        """Flush up to BATCH_SIZE queued completions in one statement."""
+        batch, self._pending = self._pending[:BATCH_SIZE], self._pending[BATCH_SIZE:]
+        if not batch:
+            return 0
+        batch.sort(key=lambda item: item[0].id)  # one lock order for every writer
+        params = {
+            "ids": [row.id for row, _, _ in batch],
+            "leases": [row.run_lease for row, _, _ in batch],
+            "results": [result for _, result, _ in batch],
+        }
+        rows = await retry_transient(
+            lambda: self.db.jobs(jobs_sql.job_complete_many, params),
+            f"completing {len(batch)} jobs",
+            self.forced,
+        )
+        applied = {row.id: row for row in rows or ()}
+        for row, _, future in batch:
+            if not future.done():
+                future.set_result(applied.get(row.id))
+        self.flushes += 1
+        return len(applied)
+
+    def pending(self) -> int:
+        return len(self._pending)

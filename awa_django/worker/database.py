@@ -1,0 +1,119 @@
+"""The runtime's own PostgreSQL connections: a small pool and how to reach the server.
+
+Built from `DATABASES[alias]` (OPTIONS included) so the worker talks to exactly the database
+Django does, with `application_name` naming the worker unless the user chose one. Every
+statement runs in autocommit: no transaction ever stays open while a handler runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+from django.db import connections
+
+from .. import storage
+from ..snapshot import JobRow
+from ..sql import Statement
+
+logger = logging.getLogger("awa_django.worker")
+T = TypeVar("T")
+
+# Errors that mean "the database is away or cannot take writes right now": wait and retry.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.errors.ReadOnlySqlTransaction,
+    psycopg_pool.PoolTimeout,
+)
+
+
+def connection_kwargs(alias: str, application_name: str) -> dict[str, Any]:
+    """psycopg.connect() arguments equivalent to Django's for `alias`."""
+    wrapper = connections[alias]
+    params = dict(wrapper.get_connection_params())
+    # Django's adapters hand jsonb back as text and its cursor classes bind client-side;
+    # the runtime wants psycopg's defaults (decoded JSON, server-side prepared statements).
+    for key in ("context", "cursor_factory"):
+        params.pop(key, None)
+    if "prepare_threshold" not in wrapper.settings_dict.get("OPTIONS", {}):
+        params.pop("prepare_threshold", None)
+    params.setdefault("application_name", application_name)
+    params["autocommit"] = True
+    return params
+
+
+class Backoff:
+    """Capped, jittered exponential back-off for reconnect loops."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first, self.cap, self.failures = first, cap, 0
+
+    def next_delay(self) -> float:
+        self.failures += 1
+        base = min(self.cap, self.first * 2 ** (self.failures - 1))
+        return base / 2 + random.random() * base / 2
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Database:
+    """The runtime's connection pool plus the two ways services run named statements."""
+
+    def __init__(self, alias: str, application_name: str, max_size: int) -> None:
+        self.alias = alias
+        self.kwargs = connection_kwargs(alias, application_name)
+        self.pool = psycopg_pool.AsyncConnectionPool(
+            kwargs=self.kwargs,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            timeout=10.0,
+            reconnect_timeout=0,  # never give up: a database outage is waited out
+            name="awa-worker",
+        )
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close(timeout=2.0)
+
+    async def jobs(self, statement: Statement, params: storage.Params) -> list[JobRow]:
+        async with self.pool.connection() as conn:
+            return await storage.afetch_jobs(conn, statement, params)
+
+    async def rows(self, statement: Statement, params: storage.Params) -> list[tuple[Any, ...]]:
+        async with self.pool.connection() as conn:
+            return await storage.afetch_rows(conn, statement, params)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A dedicated synchronous connection (the heartbeat thread owns one)."""
+        return psycopg.connect(**self.kwargs)
+
+    async def aconnect(self) -> psycopg.AsyncConnection[Any]:
+        """A dedicated asynchronous connection (the LISTEN connection)."""
+        return await psycopg.AsyncConnection.connect(**self.kwargs)
+
+
+async def retry_transient(
+    operation: Callable[[], Awaitable[T]], what: str, give_up: Callable[[], bool]
+) -> T | None:
+    """Run `operation` until it succeeds, waiting out database outages with back-off.
+    Returns None only when `give_up()` turns true (a forced shutdown)."""
+    backoff = Backoff()
+    while True:
+        try:
+            return await operation()
+        except TRANSIENT_ERRORS as exc:
+            if give_up():
+                logger.error("giving up on %s: %s", what, exc)
+                return None
+            delay = backoff.next_delay()
+            logger.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
+            await asyncio.sleep(delay)

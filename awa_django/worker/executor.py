@@ -1,0 +1,270 @@
+"""Runs one attempt: decode args, call the handler, map the result, write the outcome,
+then dispatch its event after commit (DESIGN §4 executor, §5, §7).
+
+`async def` handlers run on the loop; plain `def` handlers run in a bounded thread pool
+with Django's connection hygiene around each job. The worker slot is released as soon as
+the handler returns; the outcome is written after, and hooks run detached after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from django.db import close_old_connections
+
+from .. import hooks
+from ..codec import decode_args, dumps
+from ..context import Job
+from ..events import Completed, Event, Started
+from ..exceptions import AwaError, StaleAttempt, UnknownJobKind
+from ..registry import registry
+from ..results import CallbackToken
+from ..snapshot import JobRow
+from ..sql import jobs as jobs_sql
+from .completer import Completer
+from .database import Database, retry_transient
+from .inflight import InFlight
+from .outcomes import Transition, contract_violation, plan
+
+logger = logging.getLogger("awa_django.worker")
+
+CALLBACK_POLL_SECONDS = 0.2
+
+
+class Executor:
+    """Runs attempts and is the `AttemptHost` their `Job` contexts call back into."""
+
+    def __init__(
+        self,
+        db: Database,
+        completer: Completer,
+        inflight: InFlight,
+        threads: ThreadPoolExecutor,
+        max_result_bytes: int,
+        forced: Callable[[], bool],
+    ) -> None:
+        self.db = db
+        self.completer = completer
+        self.inflight = inflight
+        self.threads = threads
+        self.max_result_bytes = max_result_bytes
+        self.forced = forced
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._detached: set[asyncio.Task[None]] = set()
+        self.completed_count = 0
+        self.failed_count = 0
+
+    async def execute(self, row: JobRow, release: Callable[[], None]) -> None:
+        """Run the attempt claimed as `row`; call `release()` once the handler returned."""
+        if self.loop is None:
+            self.loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        job: Job[Any] = Job(row, None, host=self)
+        self.inflight.add(job)
+        try:
+            self._emit(Started(job=row))
+            started = time.monotonic()
+            try:
+                result, transition = await self._run_handler(job)
+            finally:
+                release()
+            await self._finish(job, result, transition, time.monotonic() - started)
+        finally:
+            self.inflight.remove(job)
+
+    async def _run_handler(self, job: Job[Any]) -> tuple[Any, Transition | None]:
+        try:
+            definition = registry.job(job.kind)
+            if definition is None:
+                raise UnknownJobKind(f"unknown job kind: {job.kind}")
+            job.args = decode_args(definition.args_type, job.row.args)
+            if definition.is_async:
+                result = await definition.handler(job)
+            else:
+                result = await self.loop.run_in_executor(  # type: ignore[union-attr]
+                    self.threads, _run_sync, definition.handler, job
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, exc)
+            return None, plan(job.row, error=exc)
+        return result, plan(job.row, result=result)
+
+    async def _finish(
+        self, job: Job[Any], result: Any, transition: Transition | None, seconds: float
+    ) -> None:
+        if transition is None:
+            try:
+                result_json = (
+                    None
+                    if job.result is None
+                    else dumps(
+                        job.result, what=f"result of job {job.id}", limit=self.max_result_bytes
+                    )
+                )
+            except AwaError as exc:
+                transition = plan(job.row, error=exc)
+            else:
+                applied = await self.completer.complete(job.row, result_json)
+                if applied is None:
+                    return self._stale(job)
+                self.completed_count += 1
+                return self._emit(Completed(job=applied, duration=timedelta(seconds=seconds)))
+        await self._transition(job, transition)
+
+    async def _transition(self, job: Job[Any], transition: Transition) -> None:
+        progress = job.progress
+        params = transition.params(
+            job.row, None if progress is None else dumps(progress, what="progress")
+        )
+        rows = await retry_transient(
+            lambda: self.db.jobs(jobs_sql.job_set_state_if_running, params),
+            f"writing the outcome of job {job.id}",
+            self.forced,
+        )
+        if not rows:
+            if rows is not None and transition.callback_id is not None:
+                return await self._park_refused(job)
+            return self._stale(job)
+        row = rows[0]
+        if row.state == "failed":
+            self.failed_count += 1
+        if transition.event is not None:
+            self._emit(_event(transition, row))
+
+    async def _park_refused(self, job: Job[Any]) -> None:
+        """The park matched nothing: either the callback was already resolved (the job
+        moved on: stale, no event) or the handler broke the contract (fail the job)."""
+        current = await self.db.jobs(jobs_sql.job_get, {"id": job.id})
+        if current and current[0].state == "running" and current[0].run_lease == job.run_lease:
+            await self._transition(job, contract_violation())
+        else:
+            self._stale(job)
+
+    def _stale(self, job: Job[Any]) -> None:
+        logger.info(
+            "outcome of job %s (run_lease %s) is stale: it was rescued, cancelled or "
+            "resolved meanwhile; ignored",
+            job.id,
+            job.run_lease,
+        )
+
+    # -- events ---------------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        """Dispatch detached: hooks never hold a slot, block claiming, or delay shutdown."""
+        if not registry.has_hooks(event.job.kind):
+            return
+        task = asyncio.get_running_loop().create_task(hooks.adispatch(event))
+        self._detached.add(task)
+        task.add_done_callback(self._detached.discard)
+
+    # -- AttemptHost: what a running handler can ask of the runtime ----------------------
+    async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+        _check_timeout(timeout)
+        params = {
+            "id": job.id,
+            "run_lease": job.run_lease,
+            "callback_id": uuid.uuid4(),
+            "timeout_seconds": float(timeout),
+        }
+        rows = await self.db.rows(jobs_sql.job_register_callback, params)
+        if not rows:
+            raise StaleAttempt(f"job {job.id} is no longer running under this attempt")
+        return CallbackToken(id=rows[0][0], timeout_at=rows[0][1])
+
+    async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+        params = {"id": job.id, "run_lease": job.run_lease, "callback_id": token.id}
+        await self.db.rows(jobs_sql.job_enter_wait, params)
+        while True:
+            rows = await self.db.rows(
+                jobs_sql.job_take_callback_result, {"id": job.id, "run_lease": job.run_lease}
+            )
+            if (
+                not rows
+                or rows[0][1] != job.run_lease
+                or rows[0][0]
+                not in (
+                    "running",
+                    "waiting_external",
+                )
+            ):
+                raise StaleAttempt(f"job {job.id} was rescued or cancelled while waiting")
+            state, _, has_payload, payload = rows[0]
+            if state == "running" and has_payload:
+                return payload
+            if job.is_cancelled():
+                raise StaleAttempt(f"job {job.id} cancelled while waiting for callback")
+            await asyncio.sleep(CALLBACK_POLL_SECONDS)
+
+    def register_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+        return self._from_thread(self.aregister_callback(job, timeout))
+
+    def wait_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+        return self._from_thread(self.await_for_callback(job, token))
+
+    def flush_progress(self, job: Job[Any]) -> None:
+        if job.take_progress() is not None:
+            self._from_thread(
+                self.db.rows(
+                    jobs_sql.job_progress_flush,
+                    {
+                        "id": job.id,
+                        "run_lease": job.run_lease,
+                        "progress": dumps(progress, what="progress"),
+                    },
+                )
+            )
+
+    def _from_thread(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        loop = self.loop
+        assert loop is not None
+        if threading.get_ident() == self._loop_thread:
+            coro.close()
+            raise RuntimeError(
+                "called the blocking variant from an async handler; use "
+                "`await job.aregister_callback()` / `await job.await_for_callback()`"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def _run_sync(handler: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
+    # Django's request cycle closes stale connections before and after each request; a job
+    # in a long-lived worker thread gets the same hygiene.
+    close_old_connections()
+    try:
+        return handler(job)
+    finally:
+        close_old_connections()
+
+
+def _check_timeout(timeout: float) -> None:
+    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(
+            f"callback timeout must be a finite number of seconds >= 0, got {timeout!r}"
+        )
+
+
+def _event(transition: Transition, row: JobRow) -> Event:
+    event_type = transition.event
+    assert event_type is not None
+    fields: dict[str, Any] = {"job": row}
+    names = event_type.__dataclass_fields__
+    if "error" in names:
+        fields["error"] = transition.error or ""
+    if "attempt" in names:
+        fields["attempt"] = row.attempt
+    if "next_run_at" in names:
+        fields["next_run_at"] = row.run_at
+    if "reason" in names:
+        fields["reason"] = transition.reason
+    return event_type(**fields)

@@ -1,0 +1,96 @@
+"""Refreshes the leases of this process's attempts and flushes their buffered progress.
+
+It runs in its own thread on its own connection, so neither a sync handler holding the
+GIL-bound pool nor an async handler that blocks the event loop can stop it (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import psycopg
+
+from ..codec import dumps
+from ..sql import jobs as jobs_sql
+from ..sql import leases as leases_sql
+from .database import TRANSIENT_ERRORS, Backoff, Database
+from .inflight import InFlight
+
+logger = logging.getLogger("awa_django.worker")
+
+
+class Heartbeat:
+    def __init__(self, db: Database, inflight: InFlight, interval: float) -> None:
+        self.db = db
+        self.inflight = inflight
+        self.interval = interval
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name="awa-heartbeat", daemon=True)
+        self.beats = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def run_once(self) -> int:
+        """One beat for every in-flight attempt; returns how many leases are still owned.
+        Attempts whose lease is gone (rescued, cancelled) get their cancel flag set."""
+        jobs = self.inflight.snapshot()
+        if not jobs:
+            return 0
+        conn = self._connection()
+        with conn.cursor() as cursor:
+            cursor.execute(
+                leases_sql.lease_heartbeat_many.sql,
+                {"ids": [j.id for j in jobs], "leases": [j.run_lease for j in jobs]},
+            )
+            owned = set(cursor.fetchall())
+            for job in jobs:
+                if (job.id, job.run_lease) not in owned:
+                    job.mark_cancelled()
+                elif (progress := job.take_progress()) is not None:
+                    cursor.execute(
+                        jobs_sql.job_progress_flush.sql,
+                        {
+                            "id": job.id,
+                            "run_lease": job.run_lease,
+                            "progress": dumps(progress, what="progress"),
+                        },
+                    )
+        self.beats += 1
+        return len(owned)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self.db.connect()
+        return self._conn
+
+    def _run(self) -> None:
+        backoff = Backoff()
+        wait = self.interval
+        while not self._stop.wait(wait):
+            try:
+                self.run_once()
+                backoff.reset()
+                wait = self.interval
+            except TRANSIENT_ERRORS as exc:
+                self._drop_connection()
+                wait = min(self.interval, backoff.next_delay())
+                logger.warning("heartbeat failed (%s); retrying in %.1fs", exc, wait)
+            except Exception:
+                self._drop_connection()
+                logger.exception("heartbeat failed unexpectedly")
+        self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None

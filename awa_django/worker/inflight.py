@@ -1,0 +1,43 @@
+"""The attempts this process is running, shared by the loop and the heartbeat thread."""
+
+from __future__ import annotations
+
+import threading
+
+from ..context import Job
+
+
+class InFlight:
+    """Thread-safe map of (job id, run_lease) → the attempt's `Job` context."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[tuple[int, int], Job[object]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, job: Job[object]) -> None:
+        with self._lock:
+            self._jobs[(job.id, job.run_lease)] = job
+
+    def remove(self, job: Job[object]) -> None:
+        with self._lock:
+            self._jobs.pop((job.id, job.run_lease), None)
+
+    def snapshot(self) -> list[Job[object]]:
+        with self._lock:
+            return sorted(self._jobs.values(), key=lambda j: j.id)
+
+    def mark_cancelled(self, job_id: int, run_lease: int) -> bool:
+        """Set the cooperative cancel flag of exactly that attempt, if it runs here."""
+        with self._lock:
+            job = self._jobs.get((job_id, run_lease))
+        if job is None:
+            return False
+        job.mark_cancelled()
+        return True
+
+    def cancel_all(self) -> None:
+        for job in self.snapshot():
+            job.mark_cancelled()
+
+    def __len__(self) -> int:
+        return len(self._jobs)

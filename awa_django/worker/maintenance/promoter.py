@@ -1,0 +1,22 @@
+"""Moves due `scheduled` and `retryable` jobs to `available` and wakes their queues."""
+
+from __future__ import annotations
+
+from ...sql import maintenance as maintenance_sql
+from ..database import Database
+
+BATCH = 4096
+
+
+class Promoter:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def run_once(self) -> int:
+        total = 0
+        while True:
+            rows = await self.db.rows(maintenance_sql.job_promote_due, {"limit": BATCH})
+            promoted = sum(count for _, count, _ in rows)
+            total += promoted
+            if promoted < BATCH:
+                return total

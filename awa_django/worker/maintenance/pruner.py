@@ -1,0 +1,36 @@
+"""Deletes terminal jobs past their retention, in small batches, and forgets workers
+that vanished without deregistering."""
+
+from __future__ import annotations
+
+from ...sql import maintenance as maintenance_sql
+from ...sql import workers as workers_sql
+from ..database import Database
+
+BATCH = 1000
+MAX_BATCHES = 10  # per run: a large backlog is worked off over several runs
+FORGET_WORKERS_AFTER = 3600.0
+
+
+class Pruner:
+    def __init__(self, db: Database, completed_retention: float, failed_retention: float) -> None:
+        self.db = db
+        self.params = {
+            "completed_seconds": completed_retention,
+            "failed_seconds": failed_retention,
+            "limit": BATCH,
+        }
+
+    async def run_once(self) -> int:
+        total = 0
+        for _ in range(MAX_BATCHES):
+            async with self.db.pool.connection() as conn:
+                cursor = await conn.execute(maintenance_sql.job_prune_terminal.sql, self.params)
+                deleted = cursor.rowcount
+            total += deleted
+            if deleted < BATCH:
+                break
+        await self.db.rows(
+            workers_sql.worker_instance_prune, {"older_than_seconds": FORGET_WORKERS_AFTER}
+        )
+        return total

@@ -1,0 +1,56 @@
+"""Rescues attempts whose heartbeat went stale or whose deadline passed, and parked jobs
+whose callback timed out; emits `Rescued` for each in this (the leader's) process."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ...events import Rescued
+from ...snapshot import JobRow
+from ...sql import maintenance as maintenance_sql
+from ..database import Database
+
+logger = logging.getLogger("awa_django.worker")
+
+BATCH = 500
+STALE_HEARTBEAT = "stale_heartbeat"
+DEADLINE_EXCEEDED = "deadline_exceeded"
+EXPIRED_CALLBACK = "expired_callback"
+
+
+class Rescuer:
+    def __init__(self, db: Database, staleness: float, emit: Callable[[Rescued], None]) -> None:
+        self.db = db
+        self.staleness = staleness
+        self.emit = emit
+
+    async def run_once(self) -> list[tuple[str, JobRow]]:
+        rescued = [
+            *[(STALE_HEARTBEAT, r) for r in await self._stale_heartbeats()],
+            *[(DEADLINE_EXCEEDED, r) for r in await self._passed_deadlines()],
+            *[(EXPIRED_CALLBACK, r) for r in await self._expired_callbacks()],
+        ]
+        for reason, row in rescued:
+            logger.warning("rescued job %s (%s): %s", row.id, row.kind, reason)
+            self.emit(Rescued(job=row, reason=reason))
+        return rescued
+
+    async def _stale_heartbeats(self) -> list[JobRow]:
+        return await self.db.jobs(
+            maintenance_sql.job_rescue_stale_heartbeat,
+            {
+                "limit": BATCH,
+                "staleness_seconds": self.staleness,
+                "message": "heartbeat stale: worker presumed dead",
+            },
+        )
+
+    async def _passed_deadlines(self) -> list[JobRow]:
+        return await self.db.jobs(
+            maintenance_sql.job_rescue_deadline,
+            {"limit": BATCH, "message": "hard deadline exceeded"},
+        )
+
+    async def _expired_callbacks(self) -> list[JobRow]:
+        return await self.db.jobs(maintenance_sql.job_rescue_expired_callback, {"limit": BATCH})

@@ -1,0 +1,221 @@
+"""One worker process: builds the services, runs them on one event loop, drains on
+SIGTERM/SIGINT (DESIGN §4 runtime and shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..conf import AwaSettings, QueueConfig
+from ..events import Rescued
+from .completer import Completer
+from .database import TRANSIENT_ERRORS, Database
+from .dispatcher import Dispatcher
+from .executor import Executor
+from .heartbeat import Heartbeat
+from .inflight import InFlight
+from .listener import Listener
+from .maintenance.leader import LeaderElector
+from .maintenance.loop import MaintenanceLoop
+from .maintenance.promoter import Promoter
+from .maintenance.pruner import Pruner
+from .maintenance.rescuer import Rescuer
+from .registrar import REFRESH_SECONDS, Registrar
+
+logger = logging.getLogger("awa_django.worker")
+
+EXIT_OK, EXIT_UNCLEAN = 0, 1
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Runtime:
+    def __init__(
+        self,
+        settings: AwaSettings,
+        queues: list[QueueConfig],
+        worker_id: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.queues = queues
+        self.worker_id = worker_id or new_worker_id()
+        self.forced = False
+        self._stop: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # -- building -------------------------------------------------------------------------
+    def _build(self) -> None:
+        s = self.settings
+        slots = sum(q.concurrency for q in self.queues)
+        self.db = Database(
+            s.database, f"awa-worker {self.worker_id}", max_size=4 + 2 * len(self.queues)
+        )
+        self.inflight = InFlight()
+        self.threads = ThreadPoolExecutor(
+            max_workers=s.sync_threads or slots, thread_name_prefix="awa-job"
+        )
+        self.completer = Completer(self.db, lambda: self.forced)
+        self.executor = Executor(
+            self.db,
+            self.completer,
+            self.inflight,
+            self.threads,
+            s.max_result_bytes,
+            lambda: self.forced,
+        )
+        self.dispatchers = [
+            Dispatcher(q, self.db, self.executor.execute, self.worker_id, s.poll_interval)
+            for q in self.queues
+        ]
+        self.listener = Listener(self.db, self.dispatchers, self.inflight)
+        self.heartbeat = Heartbeat(self.db, self.inflight, s.heartbeat_interval)
+        self.elector = LeaderElector(self.db, self.worker_id, s.leader_ttl)
+        self.rescuer = Rescuer(self.db, s.heartbeat_staleness, self._on_rescued)
+        self.maintenance = MaintenanceLoop(
+            self.elector,
+            s.election_interval,
+            [
+                (s.promote_interval, Promoter(self.db).run_once),
+                (s.rescue_interval, self.rescuer.run_once),
+                (
+                    s.prune_interval,
+                    Pruner(self.db, s.completed_retention, s.failed_retention).run_once,
+                ),
+            ],
+        )
+        self.registrar = Registrar(
+            self.db,
+            self.worker_id,
+            {q.name: q.concurrency for q in self.queues},
+            lambda: self.elector.is_leader,
+            lambda: self.executor.completed_count,
+            s.throughput_log_interval,
+        )
+
+    def _on_rescued(self, event: Rescued) -> None:
+        self.inflight.mark_cancelled(event.job.id, event.job.run_lease)
+        self.executor._emit(event)
+
+    # -- running --------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT; returns the process exit code."""
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            return loop.run_until_complete(self.main())
+        finally:
+            # Not loop.shutdown_default_executor(): hook threads must not delay the exit.
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.close()
+
+    async def main(self) -> int:
+        self._stop = asyncio.Event()
+        self._build()
+        self._install_signal_handlers()
+        await self.db.open()
+        self.heartbeat.start()
+        self._spawn(
+            self.listener.run(),
+            self.completer.run(),
+            self.maintenance.run(),
+            self._registrar_loop(),
+            *(d.run() for d in self.dispatchers),
+        )
+        logger.info(
+            "awa worker %s started: %s",
+            self.worker_id,
+            ", ".join(f"{q.name}={q.concurrency}" for q in self.queues),
+        )
+        await self._stop.wait()
+        return await self.drain()
+
+    def _spawn(self, *coroutines: Awaitable[Any]) -> None:
+        for coroutine in coroutines:
+            self._tasks.append(asyncio.ensure_future(coroutine))
+
+    async def _registrar_loop(self) -> None:
+        while True:
+            try:
+                await self.registrar.run_once()
+            except TRANSIENT_ERRORS as exc:
+                logger.warning("worker registration failed: %s", exc)
+            self.registrar.log_throughput()
+            await asyncio.sleep(REFRESH_SECONDS)
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
+    def request_stop(self) -> None:
+        """First signal: drain. Second signal: exit at once; rescue recovers the rest."""
+        assert self._stop is not None
+        if self._stop.is_set():
+            logger.warning("second stop signal: exiting now, in-flight jobs will be rescued")
+            logging.shutdown()
+            os._exit(EXIT_UNCLEAN)
+        logger.info("stopping: no new claims, draining %d in-flight jobs", len(self.inflight))
+        self._stop.set()
+
+    async def drain(self) -> int:
+        """Stop claiming, let in-flight attempts finish within the grace period (heartbeats
+        keep running), flush completions, give up leadership, close."""
+        self.registrar.shutting_down = True
+        for dispatcher in self.dispatchers:
+            await dispatcher.stop()
+        self.inflight.cancel_all()  # cooperative: is_cancelled() tells handlers to wrap up
+        running = {t for d in self.dispatchers for t in d.tasks}
+        deadline = time.monotonic() + self.settings.shutdown_grace
+        if running:
+            _, pending = await asyncio.wait(running, timeout=self.settings.shutdown_grace)
+        else:
+            pending = set()
+        clean = not pending
+        if pending:
+            logger.warning(
+                "shutdown grace of %.1fs expired with %d jobs still running; they will be rescued",
+                self.settings.shutdown_grace,
+                len(pending),
+            )
+            self.forced = True
+        await self._flush_completions(deadline)
+        await self._stop_services()
+        return EXIT_OK if clean else EXIT_UNCLEAN
+
+    async def _flush_completions(self, deadline: float) -> None:
+        while self.completer.pending() and time.monotonic() < deadline + 5:
+            await asyncio.sleep(0.01)
+
+    async def _stop_services(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.elector.release()
+        await self.registrar.deregister()
+        self.heartbeat.stop()
+        self.threads.shutdown(wait=False, cancel_futures=True)
+        await self.db.close()
+        logger.info("awa worker %s stopped", self.worker_id)
+
+
+def run_worker(
+    settings: AwaSettings,
+    queues: list[QueueConfig],
+    worker_id: str | None = None,
+    on_ready: Callable[[Runtime], None] | None = None,
+) -> int:
+    runtime = Runtime(settings, queues, worker_id)
+    if on_ready:
+        on_ready(runtime)
+    return runtime.run()

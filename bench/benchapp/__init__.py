@@ -1,0 +1,1 @@
+"""No-op jobs and the optional slow hook that `bench/run.py` measures."""

@@ -1,0 +1,52 @@
+"""Benchmark jobs on queue `bench`: no-op handlers (async and sync) and pickup probes that
+record when the handler started in `job.result` (stored in the `result` column)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import awa_django
+from awa_django import Job
+
+BENCH_QUEUE = "bench"
+
+
+@dataclass
+class BenchAsync:
+    n: int
+
+
+@dataclass
+class BenchSync:
+    n: int
+
+
+@dataclass
+class PickupAsync:
+    n: int
+
+
+@dataclass
+class PickupSync:
+    n: int
+
+
+@awa_django.job(BenchAsync, queue=BENCH_QUEUE)
+async def bench_async(job: Job[BenchAsync]) -> None:
+    return None
+
+
+@awa_django.job(BenchSync, queue=BENCH_QUEUE)
+def bench_sync(job: Job[BenchSync]) -> None:
+    return None
+
+
+@awa_django.job(PickupAsync, queue=BENCH_QUEUE)
+async def pickup_async(job: Job[PickupAsync]) -> None:
+    job.result = time.time()
+
+
+@awa_django.job(PickupSync, queue=BENCH_QUEUE)
+def pickup_sync(job: Job[PickupSync]) -> None:
+    job.result = time.time()

@@ -1,0 +1,114 @@
+"""Command line of `bench/run.py`: pick scenarios, run each K times, print JSON lines.
+
+One line per scenario and run, then one summary line per scenario with the median over
+runs. A scenario that fails prints an `error` line and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from .scenarios import GROUPS, SCENARIOS
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=20_000, help="drain/enqueue_many/floor size")
+    parser.add_argument("--enqueue-jobs", type=int, default=2_000, help="enqueue_one size")
+    parser.add_argument("--pickup-jobs", type=int, default=200)
+    parser.add_argument("--pickup-interval-ms", type=float, default=20.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="py-spy (PY_SPY or PATH) the drain workers; collapsed stacks land here",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=[*SCENARIOS, *GROUPS],
+        help="repeatable; default: all",
+    )
+    return parser.parse_args(argv)
+
+
+def selected(names: list[str] | None) -> list[str]:
+    from .scenarios import GROUPS
+
+    chosen: list[str] = []
+    for name in names or ["all"]:
+        for scenario in GROUPS.get(name, [name]):
+            if scenario not in chosen:
+                chosen.append(scenario)
+    return chosen
+
+
+def emit(line: dict[str, Any]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def machine_facts() -> dict[str, Any]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        server_version = cursor.fetchone()[0]
+        cursor.execute("SELECT current_database()")
+        database = cursor.fetchone()[0]
+    load = os.getloadavg()
+    return {
+        "meta": "machine",
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_start": round(load[0], 2),
+        "postgresql": server_version,
+        "database": database,
+        "python": platform.python_version(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from . import database
+    from .scenarios import SCENARIOS, Options
+    from .stats import summarize
+
+    database.recreate()
+    emit(machine_facts())
+    options = Options(
+        jobs=args.jobs,
+        enqueue_jobs=args.enqueue_jobs,
+        pickup_jobs=args.pickup_jobs,
+        pickup_interval=args.pickup_interval_ms / 1000,
+        profile_dir=args.profile_dir,
+    )
+    summaries, failed = [], False
+    for name in selected(args.scenario):
+        runs = run_scenario(name, SCENARIOS[name], options, args.runs)
+        failed |= len(runs) < args.runs
+        if runs:
+            summaries.append(summarize(name, runs))
+    for summary in summaries:
+        emit(summary)
+    return 1 if failed else 0
+
+
+def run_scenario(name: str, scenario: Any, options: Any, runs: int) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for run in range(1, runs + 1):
+        print(f"[bench] {name} run {run}/{runs}", file=sys.stderr, flush=True)
+        try:
+            line = {"scenario": name, "run": run, **scenario(options)}
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            emit({"scenario": name, "run": run, "error": f"{type(exc).__name__}: {exc}"})
+            break
+        emit(line)
+        results.append(line)
+    return results

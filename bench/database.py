@@ -1,0 +1,135 @@
+"""The benchmark's own database: recreate, migrate, reset between runs, observe progress.
+
+Everything here runs on Django's connection (autocommit) except `recreate`, which has to
+talk to the maintenance database `postgres` to drop and create the bench database.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+AWA_TABLES = (
+    "awa_active_leases",
+    "awa_jobs_hot",
+    "awa_queue_state",
+    "awa_worker_instances",
+    "awa_leader_lease",
+)
+# States a job passes through before it is terminal: while any row is in one of these,
+# the drain is not over.
+PENDING_STATES = ("available", "running", "retryable", "scheduled")
+
+
+def conninfo(dbname: str | None = None) -> dict[str, Any]:
+    """psycopg connection keywords for the bench database (or `dbname`)."""
+    db = settings.DATABASES["default"]
+    params = {
+        "host": db.get("HOST") or None,
+        "port": db.get("PORT") or None,
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+        "dbname": dbname or db["NAME"],
+    }
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def recreate() -> str:
+    """Drop and create the bench database, then migrate it. Refuses names without "bench"
+    because it drops the database."""
+    name = settings.DATABASES["default"]["NAME"]
+    if "bench" not in name:
+        raise SystemExit(f"refusing to drop database {name!r}: its name must contain 'bench'")
+    with psycopg.connect(**conninfo("postgres"), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    call_command("migrate", verbosity=0, interactive=False)
+    return name
+
+
+def reset() -> None:
+    """Empty every awa table so each run starts from the same state."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(AWA_TABLES)} RESTART IDENTITY")
+
+
+def analyze() -> None:
+    # Fresh statistics after a bulk insert, as autovacuum would gather shortly anyway, so
+    # the first claims do not depend on when autovacuum happens to wake up.
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE awa_jobs_hot")
+
+
+def any_pending() -> bool:
+    """Cheap progress probe: an EXISTS on the state index, not a count over the table."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM awa_jobs_hot WHERE state = ANY(%s))",
+            [list(PENDING_STATES)],
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def state_counts() -> dict[str, int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT state, count(*) FROM awa_jobs_hot GROUP BY state")
+        return {state: count for state, count in cursor.fetchall()}
+
+
+def completed_count(ids: list[int] | None = None) -> int:
+    with connection.cursor() as cursor:
+        if ids is None:
+            cursor.execute("SELECT count(*) FROM awa_jobs_hot WHERE state = 'completed'")
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM awa_jobs_hot WHERE state = 'completed' AND id = ANY(%s)",
+                [ids],
+            )
+        return int(cursor.fetchone()[0])
+
+
+def completion_times() -> tuple[float, float]:
+    """Epoch seconds (database clock) of the first and last completion."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM min(finalized_at)), extract(epoch FROM max(finalized_at))"
+            " FROM awa_jobs_hot WHERE state = 'completed'"
+        )
+        first, last = cursor.fetchone()
+        return float(first), float(last)
+
+
+def claim_to_completion_seconds() -> list[float]:
+    """Per job: claim commit (attempted_at) to completion commit (finalized_at)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM finalized_at - attempted_at) FROM awa_jobs_hot"
+            " WHERE state = 'completed'"
+        )
+        return [float(r[0]) for r in cursor.fetchall()]
+
+
+def handler_start_times(ids: list[int]) -> dict[int, float]:
+    """`result` of pickup probes: the epoch second their handler started."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, result FROM awa_jobs_hot WHERE id = ANY(%s) AND state = 'completed'",
+            [ids],
+        )
+        return {int(i): float(r) for i, r in cursor.fetchall() if r is not None}
+
+
+def wait_until(condition: Any, timeout: float, interval: float, what: str) -> float:
+    """Poll `condition()` until true; returns time.time() when seen. Raises on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return time.time()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,108 @@
+"""The floor: a minimal hand-written claim-100/complete-100 loop in psycopg.
+
+It runs on a scratch copy of `awa_jobs_hot` (same columns and indexes) so it shows what
+this PostgreSQL can do at best with the same row shape, with none of the queue's
+guarantees (no leases, no run_lease guard on completion, no events).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import psycopg
+
+from .database import conninfo
+
+TABLE = "bench_floor_jobs"
+BATCH = 100
+
+_CREATE = f"""
+DROP TABLE IF EXISTS {TABLE};
+CREATE TABLE {TABLE} (LIKE awa_jobs_hot INCLUDING ALL);
+"""
+_FILL = f"""
+INSERT INTO {TABLE} (kind, queue, args, state, priority, attempt, max_attempts, run_at,
+                     created_at, run_lease, errors, metadata, tags, attempted_by)
+SELECT 'bench_async', 'bench', jsonb_build_object('n', g), 'available', 2, 0, 25, now(),
+       now(), 0, '[]', '{{}}', '{{}}', '{{}}'
+FROM generate_series(1, %(n)s) g
+"""
+# Same candidate order and partial index as the real claim (awa_jobs_dispatch_idx copy).
+_CLAIM = f"""
+UPDATE {TABLE} SET state = 'running', attempt = attempt + 1, run_lease = run_lease + 1,
+                   attempted_at = now()
+WHERE id IN (SELECT id FROM {TABLE}
+             WHERE state = 'available' AND queue = 'bench' AND run_at <= now()
+             ORDER BY priority, run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+_COMPLETE = f"""
+UPDATE {TABLE} SET state = 'completed', finalized_at = now() WHERE id = ANY(%(ids)s)
+"""
+
+
+def run_floor(n: int) -> dict[str, Any]:
+    """Claim and complete `n` pre-inserted rows, 100 at a time, on one connection."""
+    with psycopg.connect(**conninfo(), autocommit=True) as conn:
+        _prepare(conn, n)
+        began = time.perf_counter()
+        done = _drain(conn)
+        elapsed = time.perf_counter() - began
+        conn.execute(f"DROP TABLE {TABLE}")
+    if done != n:
+        raise RuntimeError(f"floor loop completed {done} of {n} rows")
+    return {"jobs": n, "jobs_per_s": round(n / elapsed, 1), "elapsed_s": round(elapsed, 3)}
+
+
+def _prepare(conn: psycopg.Connection[Any], n: int) -> None:
+    conn.execute(_CREATE)
+    conn.execute(_FILL, {"n": n})
+    conn.execute(f"ANALYZE {TABLE}")
+
+
+def _drain(conn: psycopg.Connection[Any]) -> int:
+    done = 0
+    while True:
+        ids = [row[0] for row in conn.execute(_CLAIM, prepare=True).fetchall()]
+        if not ids:
+            return done
+        conn.execute(_COMPLETE, {"ids": ids}, prepare=True)
+        done += len(ids)
+
+
+# -- enqueue floors: the same rows written by hand, for comparison with (b) ---------------
+_INSERT_ONE = """
+INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts, run_at,
+                          created_at, run_lease, errors, metadata, tags, attempted_by)
+VALUES ('bench_async', 'bench', %(args)s::jsonb, 'available', 2, 0, 25, now(), now(), 0,
+        '[]', '{}', '{}', '{}')
+RETURNING id
+"""
+_COPY = """
+COPY awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts, run_at,
+                   created_at, run_lease, errors, metadata, tags, attempted_by) FROM STDIN
+"""
+
+
+def run_enqueue_floor(n_one: int, n_many: int) -> dict[str, Any]:
+    """Prepared single-row INSERTs in autocommit, and one COPY of `n_many` rows."""
+    with psycopg.connect(**conninfo(), autocommit=True) as conn:
+        began = time.perf_counter()
+        for i in range(n_one):
+            conn.execute(_INSERT_ONE, {"args": f'{{"n": {i}}}'}, prepare=True).fetchone()
+        one = time.perf_counter() - began
+        began = time.perf_counter()
+        with conn.transaction(), conn.cursor().copy(_COPY) as copy:
+            now = dt.datetime.now(dt.UTC)
+            for i in range(n_many):
+                row = ("bench_async", "bench", f'{{"n": {i}}}', "available", 2, 0, 25)
+                copy.write_row((*row, now, now, 0, "[]", "{}", [], []))
+        many = time.perf_counter() - began
+    return {
+        "jobs": n_one,
+        "jobs_per_s": round(n_one / one, 1),
+        "copy_jobs": n_many,
+        "copy_jobs_per_s": round(n_many / many, 1),
+    }

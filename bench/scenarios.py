@@ -1,0 +1,212 @@
+"""The measured scenarios. Each resets the bench database, runs once and returns its
+figures as a dict (one JSON line). Workers are subprocesses; enqueues run here, on
+Django's connection in autocommit, as an application would."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+import awa_django
+
+from . import database as db
+from .benchapp.jobs import BenchAsync, BenchSync, PickupAsync, PickupSync
+from .floor import run_enqueue_floor, run_floor
+from .stats import latency_ms
+from .worker import WorkerProcess
+
+POLL_INTERVAL = 0.02
+WARMUP_JOBS = 5
+
+
+@dataclass(frozen=True)
+class Options:
+    jobs: int = 20_000  # drain, enqueue_many and floor
+    enqueue_jobs: int = 2_000  # enqueue one by one
+    pickup_jobs: int = 200
+    pickup_interval: float = 0.02
+    profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
+
+
+Scenario = Callable[[Options], dict[str, Any]]
+
+
+# -- (b) enqueue --------------------------------------------------------------------------
+def enqueue_one(options: Options) -> dict[str, Any]:
+    db.reset()
+    for i in range(20):  # connection set-up and statement warm-up, not measured
+        awa_django.enqueue(BenchAsync(n=-i))
+    took: list[float] = []
+    began = time.perf_counter()
+    for i in range(options.enqueue_jobs):
+        t = time.perf_counter()
+        awa_django.enqueue(BenchAsync(n=i))
+        took.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - began
+    return {
+        "jobs": options.enqueue_jobs,
+        "jobs_per_s": round(options.enqueue_jobs / elapsed, 1),
+        "elapsed_s": round(elapsed, 3),
+        **latency_ms(took),
+    }
+
+
+def enqueue_many(options: Options) -> dict[str, Any]:
+    db.reset()
+    jobs = [BenchAsync(n=i) for i in range(options.jobs)]
+    began = time.perf_counter()
+    with transaction.atomic():
+        ids = awa_django.enqueue_many(jobs)
+    elapsed = time.perf_counter() - began
+    if len(ids) != options.jobs:
+        raise RuntimeError(f"enqueue_many returned {len(ids)} ids for {options.jobs} jobs")
+    return {
+        "jobs": options.jobs,
+        "jobs_per_s": round(options.jobs / elapsed, 1),
+        "elapsed_s": round(elapsed, 3),
+    }
+
+
+# -- (d) floor ----------------------------------------------------------------------------
+def floor(options: Options) -> dict[str, Any]:
+    db.reset()
+    return run_floor(options.jobs)
+
+
+def floor_enqueue(options: Options) -> dict[str, Any]:
+    db.reset()
+    return run_enqueue_floor(options.enqueue_jobs, options.jobs)
+
+
+# -- (a) drain and (e) slow hook ----------------------------------------------------------
+def drain(args_type: type, processes: int = 1, slow_hook: str = "") -> Scenario:
+    def scenario(options: Options) -> dict[str, Any]:
+        profile_to = None
+        if options.profile_dir is not None:
+            handlers = "async" if args_type is BenchAsync else "sync"
+            name = f"drain-{handlers}-p{processes}-{time.strftime('%H%M%S')}.txt"
+            profile_to = options.profile_dir / name
+        return _drain(options.jobs, args_type, processes, slow_hook, profile_to)
+
+    return scenario
+
+
+def _drain(
+    n: int, args_type: type, processes: int, slow_hook: str, profile_to: Path | None
+) -> dict[str, Any]:
+    db.reset()
+    with transaction.atomic():
+        awa_django.enqueue_many([args_type(n=i) for i in range(n)])
+    db.analyze()
+    env = {"AWA_BENCH_SLOW_HOOK": slow_hook} if slow_hook else {}
+    with WorkerProcess(processes=processes, extra_env=env, profile_to=profile_to) as worker:
+        observed = db.wait_until(
+            lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
+        )
+    counts = db.state_counts()
+    if counts != {"completed": n}:
+        raise RuntimeError(f"after the drain the jobs are {counts}, expected {n} completed")
+    first, last = db.completion_times()
+    return {
+        "jobs": n,
+        "processes": processes,
+        "handlers": "async" if args_type is BenchAsync else "sync",
+        "slow_hook": slow_hook or None,
+        "jobs_per_s": round(n / (observed - worker.started_at), 1),
+        "jobs_per_s_excl_startup": round(n / max(last - first, 1e-9), 1),
+        "startup_s": round(first - worker.started_at, 3),
+        "elapsed_s": round(observed - worker.started_at, 3),
+        "stop_s": None if worker.stop_seconds is None else round(worker.stop_seconds, 3),
+        "profiled": profile_to is not None,
+        "latency": "claim commit -> completion commit",
+        **latency_ms(db.claim_to_completion_seconds()),
+    }
+
+
+def _drained(worker: WorkerProcess) -> bool:
+    worker.check_alive()
+    return not db.any_pending()
+
+
+# -- (c) pickup latency -------------------------------------------------------------------
+def pickup(args_type: type) -> Scenario:
+    def scenario(options: Options) -> dict[str, Any]:
+        return _pickup(args_type, options.pickup_jobs, options.pickup_interval)
+
+    return scenario
+
+
+def _pickup(args_type: type, count: int, interval: float) -> dict[str, Any]:
+    db.reset()
+    with WorkerProcess() as worker:
+        startup = _warm_up(worker, args_type)
+        time.sleep(0.5)  # let every dispatcher go back to waiting on LISTEN
+        committed = _enqueue_paced(args_type, count, interval)
+        ids = list(committed)
+        db.wait_until(
+            lambda: _all_completed(worker, ids), 60.0, POLL_INTERVAL, f"{count} pickup probes"
+        )
+    started = db.handler_start_times(ids)
+    if len(started) != count:
+        raise RuntimeError(f"{count - len(started)} probes have no handler start time (result)")
+    return {
+        "jobs": count,
+        "handlers": "async" if args_type is PickupAsync else "sync",
+        "interval_ms": round(interval * 1000, 1),
+        "jobs_per_s": None,
+        "startup_s": round(startup, 3),
+        "latency": "enqueue commit -> handler start",
+        **latency_ms([started[i] - committed[i] for i in ids]),
+    }
+
+
+def _warm_up(worker: WorkerProcess, args_type: type) -> float:
+    """Run a few probes through the fresh worker; returns seconds until they completed."""
+    ids = [awa_django.enqueue(args_type(n=-i)).id for i in range(1, WARMUP_JOBS + 1)]
+    done = db.wait_until(lambda: _all_completed(worker, ids), 120.0, POLL_INTERVAL, "warm-up")
+    return done - worker.started_at
+
+
+def _all_completed(worker: WorkerProcess, ids: list[int]) -> bool:
+    worker.check_alive()
+    return db.completed_count(ids) == len(ids)
+
+
+def _enqueue_paced(args_type: type, count: int, interval: float) -> dict[int, float]:
+    """Enqueue `count` probes `interval` apart (autocommit); id -> time the commit returned."""
+    committed: dict[int, float] = {}
+    began = time.perf_counter()
+    for i in range(count):
+        delay = began + i * interval - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        row = awa_django.enqueue(args_type(n=i))
+        committed[row.id] = time.time()
+    return committed
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "enqueue_one": enqueue_one,
+    "enqueue_many": enqueue_many,
+    "floor": floor,
+    "floor_enqueue": floor_enqueue,
+    "drain_async": drain(BenchAsync),
+    "slow_hook": drain(BenchAsync, slow_hook="async"),
+    "slow_hook_sync": drain(BenchAsync, slow_hook="sync"),
+    "drain_sync": drain(BenchSync),
+    "drain_async_p2": drain(BenchAsync, processes=2),
+    "drain_sync_p2": drain(BenchSync, processes=2),
+    "pickup_async": pickup(PickupAsync),
+    "pickup_sync": pickup(PickupSync),
+}
+GROUPS = {
+    "enqueue": ["enqueue_one", "enqueue_many", "floor_enqueue"],
+    "drain": ["drain_async", "drain_sync", "drain_async_p2", "drain_sync_p2"],
+    "pickup": ["pickup_async", "pickup_sync"],
+    "all": list(SCENARIOS),
+}

@@ -1,0 +1,25 @@
+"""Settings for the benchmark: the test project plus the bench app, on its own database.
+
+The database defaults to `awa_bench`, which `bench/run.py` drops and recreates; override it
+with `AWA_BENCH_DATABASE_URL` (the name must contain "bench": the script drops it).
+"""
+
+from __future__ import annotations
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import AWA, INSTALLED_APPS, LOGGING, env
+
+BENCH_DATABASE_URL = env(
+    "AWA_BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/awa_bench"
+)
+DATABASES = {"default": env.db_url_config(BENCH_DATABASE_URL)}
+
+INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
+
+AWA = {**AWA, "QUEUES": {"bench": {"concurrency": 10}}}
+
+# Worker logs at WARNING so a drain of 20,000 jobs does not measure the console.
+LOGGING = {
+    **LOGGING,
+    "loggers": {"awa_django": {"handlers": ["console"], "level": "WARNING"}},
+}

@@ -1,0 +1,153 @@
+"""One `manage.py awa_worker` subprocess for a scenario: start, watch, stop, never leak.
+
+The worker runs in its own session (process group), so a supervisor started with
+`--processes N` and its children can be killed together if SIGTERM does not end them in
+time. Output goes to a log file whose tail is shown when something fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+REPO = Path(__file__).resolve().parent.parent
+STOP_TIMEOUT = 30.0
+
+
+class WorkerFailed(RuntimeError):
+    """The worker exited on its own, or did not start."""
+
+
+class WorkerProcess:
+    """`with WorkerProcess(...) as worker:` starts it; leaving the block stops it."""
+
+    def __init__(
+        self,
+        queue: str = "bench",
+        concurrency: int = 10,
+        processes: int = 1,
+        extra_env: dict[str, str] | None = None,
+        extra_args: list[str] | None = None,
+        profile_to: Path | None = None,
+    ) -> None:
+        self.command = [
+            sys.executable,
+            str(REPO / "manage.py"),
+            "awa_worker",
+            "--queue",
+            f"{queue}={concurrency}",
+            "--shutdown-grace",
+            "5",
+            *(["--processes", str(processes)] if processes > 1 else []),
+            *(extra_args or []),
+        ]
+        # The slow hook is opt-in per scenario, never inherited from the caller's shell.
+        inherited = {k: v for k, v in os.environ.items() if k != "AWA_BENCH_SLOW_HOOK"}
+        self.env = {**inherited, "DJANGO_SETTINGS_MODULE": "bench.settings", **(extra_env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.profile_to = profile_to
+        self.profiler: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.stop_seconds: float | None = None
+        self._log: IO[bytes] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def __enter__(self) -> WorkerProcess:
+        self._log = tempfile.NamedTemporaryFile(prefix="awa-bench-worker-", suffix=".log")
+        self.started_at = time.time()
+        self.process = subprocess.Popen(
+            self.command,
+            cwd=REPO,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        if self.profile_to is not None:
+            self.profiler = start_profiler(self.process.pid, self.profile_to)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.profiler is not None:
+                stop_profiler(self.profiler)
+            if self._log is not None:
+                self._log.close()
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is not None:
+            self._kill_group_leftovers(process.pid)
+            return
+        began = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+            self.stop_seconds = time.monotonic() - began
+        except subprocess.TimeoutExpired:
+            print(f"worker {process.pid} ignored SIGTERM: killing", file=sys.stderr)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        finally:
+            self._kill_group_leftovers(process.pid)
+
+    @staticmethod
+    def _kill_group_leftovers(pgid: int) -> None:
+        # Children of a --processes supervisor must not outlive it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+    # -- observation --------------------------------------------------------------------
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        """Raise WorkerFailed (with the log tail) if the worker has exited."""
+        assert self.process is not None
+        code = self.process.poll()
+        if code is not None:
+            raise WorkerFailed(f"worker exited with code {code}:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self._log is None:
+            return ""
+        text = Path(self._log.name).read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+# -- optional py-spy sampling of the worker (figures of profiled runs are not comparable) ---
+def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
+    """`py-spy record` on the worker and its children; collapsed stacks go to `output`."""
+    py_spy = os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    command = [py_spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "200"]
+    command += ["--format", "raw", "--output", str(output)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
+    # py-spy writes its output and exits once the target exits; SIGINT makes it do so early.
+    try:
+        profiler.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        profiler.send_signal(signal.SIGINT)
+        try:
+            profiler.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            profiler.kill()
+            profiler.wait(timeout=5)

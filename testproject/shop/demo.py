@@ -1,0 +1,203 @@
+"""The pieces of `manage.py awa_demo`: a worker subprocess, the demo's jobs and their
+expected outcomes, the signed carrier callback, and the report.
+
+Runs against whatever database Django is configured with; the worker subprocess gets the
+same one through DATABASE_URL, so it also works inside a test run's test database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection, transaction
+
+import awa_django
+from awa_django import JobRow
+
+from . import hooks
+from .jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
+
+
+@dataclass(frozen=True)
+class Expected:
+    state: str
+    attempt: int
+
+
+# What each demo job must end as; the demo fails loudly when the queue disagrees.
+PLAN: list[tuple[Any, Expected]] = [
+    (SendReceipt(order_id=1001), Expected("completed", 1)),
+    (SyncInventory(sku="SKU-42", fail_times=1), Expected("completed", 2)),
+    (ChargeCard(order_id=1002, amount_cents=0), Expected("failed", 1)),
+    (RequestShippingLabel(order_id=1001), Expected("completed", 1)),
+]
+
+
+def database_url(settings_dict: dict[str, Any]) -> str:
+    """A DATABASE_URL naming the database Django is connected to (the test database
+    inside a test run), for the worker subprocess."""
+    user = quote(settings_dict.get("USER") or "", safe="")
+    password = settings_dict.get("PASSWORD") or ""
+    credentials = f"{user}:{quote(password, safe='')}" if password else user
+    host = settings_dict.get("HOST") or ""
+    name = quote(settings_dict["NAME"], safe="")
+    if host.startswith("/"):  # a socket directory goes into the query string
+        return f"postgres://{credentials}@/{name}?host={quote(host, safe='/')}"
+    port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
+    return f"postgres://{credentials}@{host}{port}/{name}"
+
+
+class WorkerProcess:
+    """`manage.py awa_worker` as a subprocess whose output is collected line by line."""
+
+    def __init__(self, flags: Sequence[str]) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env["DATABASE_URL"] = database_url(connection.settings_dict)
+        manage = Path(settings.BASE_DIR) / "manage.py"
+        self.command = [sys.executable, str(manage), "awa_worker", *flags]
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=manage.parent,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def hook_lines(self) -> list[str]:
+        return [line[len(hooks.PREFIX) :].strip() for line in self.lines if hooks.PREFIX in line]
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (drain and exit); SIGKILL if it has not exited within `timeout`."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._reader.join(5)
+        return code
+
+
+def enqueue_plan() -> list[tuple[JobRow, Expected]]:
+    """Enqueue every demo job in one transaction: all of them exist, or none."""
+    with transaction.atomic():
+        return [(awa_django.enqueue(args, tags=["demo"]), want) for args, want in PLAN]
+
+
+def complete_shipping_callback(row: JobRow) -> tuple[str, int, str]:
+    """Play the carrier: POST a signed completion for the parked job's callback.
+    Returns the path, the HTTP status and the response body."""
+    from django.test import Client as HttpClient
+
+    from awa_django.signing import callback_url, sign_callback_request
+
+    path = callback_url(str(row.callback_id), "complete")
+    body = json.dumps({"payload": {"tracking_number": f"PC{row.args['order_id']}"}}).encode()
+    headers = sign_callback_request("POST", path, body)
+    response = HttpClient().post(path, body, content_type="application/json", headers=headers)
+    return path, response.status_code, response.content.decode(errors="replace")
+
+
+@dataclass
+class Run:
+    """The demo's jobs while it waits for them to finish."""
+
+    jobs: list[tuple[JobRow, Expected]]
+    answered: set[uuid.UUID | None] = field(default_factory=set)
+
+    def refresh(self) -> None:
+        self.jobs = [(awa_django.client.get_job(row.id), want) for row, want in self.jobs]
+
+    def done(self) -> bool:
+        return all(row.is_terminal for row, _ in self.jobs)
+
+    def answer_callbacks(self, say: Callable[[str], None]) -> None:
+        for row, _ in self.jobs:
+            if row.state == "waiting_external" and row.callback_id not in self.answered:
+                self.answered.add(row.callback_id)
+                path, status, body = complete_shipping_callback(row)
+                say(f"carrier callback: POST {path} -> HTTP {status} {body}")
+
+    def mismatches(self) -> list[str]:
+        return [
+            f"{row.kind} #{row.id}: {row.state} after {row.attempt} attempt(s), "
+            f"expected {want.state} after {want.attempt}"
+            for row, want in self.jobs
+            if (row.state, row.attempt) != (want.state, want.attempt)
+        ]
+
+
+def wait_until_done(
+    run: Run, worker: WorkerProcess, timeout: float, say: Callable[[str], None]
+) -> bool:
+    """Poll until every job is terminal; False on timeout or if the worker died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run.refresh()
+        run.answer_callbacks(say)
+        if run.done():
+            return True
+        if not worker.alive():
+            return False
+        time.sleep(0.1)
+    return False
+
+
+def table(rows: Sequence[JobRow], wanted: Sequence[Expected]) -> str:
+    header = ("id", "kind", "queue", "state", "attempts", "as expected", "errors")
+    lines = [header]
+    for row, want in zip(rows, wanted, strict=True):
+        ok = "yes" if (row.state, row.attempt) == (want.state, want.attempt) else "NO"
+        lines.append(
+            (
+                str(row.id),
+                row.kind,
+                row.queue,
+                row.state,
+                f"{row.attempt}/{row.max_attempts}",
+                ok,
+                errors_cell(row),
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    out = []
+    for line in lines:
+        cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
+        out.append("  " + "  ".join([*cells, line[-1]]))
+    out.insert(1, "  " + "  ".join("-" * w for w in [*widths, len(header[-1])]))
+    return "\n".join(out)
+
+
+def errors_cell(row: JobRow) -> str:
+    if not row.errors:
+        return "-"
+    last = " ".join(str(row.errors[-1].get("error", "")).split())
+    last = last if len(last) <= 70 else last[:67] + "..."
+    return f"{len(row.errors)}: {last}"

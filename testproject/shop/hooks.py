@@ -1,0 +1,55 @@
+"""Lifecycle hooks of the demo shop, registered in `ShopConfig.ready()`.
+
+`log_event` prints one line per event of every shop job (the demo collects these lines
+from the worker's output); `alert_ops` shows a typed hook: `event.args` is a `ChargeCard`.
+Hooks are best-effort notifications; durable follow-up work belongs in a job.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import awa_django
+from awa_django import Completed, Event, Exhausted, Rescued, Retried, WaitingForCallback
+
+from .jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
+
+PREFIX = "[shop hook]"
+# Lines of the events this process saw, for the demo command (list.append is thread-safe).
+OBSERVED: list[str] = []
+
+
+def describe(event: Event) -> str:
+    job = event.job
+    detail = ""
+    if isinstance(event, Completed):
+        detail = f"after {event.duration.total_seconds():.3f} s"
+    elif isinstance(event, Retried):
+        detail = f"attempt {event.attempt} failed: {event.error}"
+    elif isinstance(event, Exhausted):
+        detail = f"attempt {event.attempt}: {event.error}"
+    elif isinstance(event, WaitingForCallback):
+        detail = f"callback {job.callback_id}"
+    elif isinstance(event, Rescued | awa_django.Cancelled):
+        detail = event.reason
+    stamp = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+    return f"{stamp} {type(event).__name__:<18} {job.kind} #{job.id} {detail}".rstrip()
+
+
+def log_event(event: Event) -> None:
+    line = describe(event)
+    OBSERVED.append(line)
+    print(f"{PREFIX} {line}", flush=True)
+
+
+def alert_ops(event: Exhausted) -> None:
+    order = event.args  # a ChargeCard: typed hooks get the decoded dataclass
+    line = f"ops alert: charging order {order.order_id} failed for good ({event.error})"
+    OBSERVED.append(line)
+    print(f"{PREFIX} {line}", flush=True)
+
+
+def register() -> None:
+    for args_type in (SendReceipt, SyncInventory, ChargeCard, RequestShippingLabel):
+        awa_django.on_event(args_type, log_event)
+    awa_django.on_event(ChargeCard, alert_ops, events={Exhausted})

@@ -1,0 +1,78 @@
+"""Module-level django.tasks task functions that the backend and parity tests enqueue.
+
+They are declared for the "default" TASKS alias; tests swap that alias's backend with
+`override_settings(TASKS=...)`, and the backend is looked up again at enqueue time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django.tasks import TaskContext, task
+
+from awa_django.backends import AwaTask
+
+
+@task()
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task()
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task()
+def noop() -> None:
+    return None
+
+
+@task()
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+@task()
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(takes_context=True)
+def describe_context(context: TaskContext, label: str) -> dict[str, Any]:
+    return {
+        "label": label,
+        "attempt": context.attempt,
+        "id": context.task_result.id,
+        "status": str(context.task_result.status),
+    }
+
+
+@task()
+def text_of(size: int) -> str:
+    return "x" * size
+
+
+@task()
+def unserialisable_result() -> Any:
+    return {1, 2, 3}
+
+
+@task()
+def enqueue_add(a: int, b: int) -> str:
+    """Enqueues a follow-up task, so drain() must run jobs that handlers enqueue."""
+    return add.enqueue(a, b).id
+
+
+def flaky(context: TaskContext) -> int:
+    """Fails on its first attempt, succeeds on the second."""
+    if context.attempt < 2:
+        raise ConnectionError(f"attempt {context.attempt} failed")
+    return context.attempt
+
+
+# `@task(max_attempts=2)` needs an AwaBackend to be configured when this module is imported;
+# the test settings may use another backend then, so the AwaTask is built directly.
+flaky = AwaTask(func=flaky, takes_context=True, max_attempts=2)  # type: ignore[assignment]
