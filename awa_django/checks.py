@@ -8,8 +8,10 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.utils.module_loading import import_string
 
 from .conf import load_settings
+from .registry import Registry, registry
 
 
 @checks.register(checks.Tags.database, deploy=False)
@@ -50,3 +52,59 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             checks.Error("AWA LEADER_TTL and POLL_INTERVAL must be > 0.", id="awa.E004")
         )
     return problems
+
+
+@checks.register(checks.Tags.security)
+def check_callback_secret(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    try:
+        awa = load_settings()
+    except ImproperlyConfigured:
+        return []  # awa.E003 reports it
+    if awa.callback_secret or awa.callback_allow_unsigned:
+        return []
+    return [
+        checks.Error(
+            'AWA["CALLBACK_SECRET"] is not set, so signed callback requests cannot be '
+            "verified and the callback views refuse every request.",
+            hint='Set AWA["CALLBACK_SECRET"] to a long random string, e.g. the output of '
+            '`python -c "import secrets; print(secrets.token_hex(32))"` read from the '
+            'environment; for local development only, set AWA["CALLBACK_ALLOW_UNSIGNED"] '
+            "= True to accept unsigned requests.",
+            id="awa.E010",
+        )
+    ]
+
+
+@checks.register()
+def check_hook_kinds(
+    app_configs: Any = None, hooks: Registry = registry, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Hooks keyed by a kind that no handler serves never fire: usually a typo, or a hook
+    registered before its `@job` changed the kind."""
+    kinds = sorted({h.kind for h in hooks.hooks() if h.kind is not None})
+    return [
+        checks.Warning(
+            f"Lifecycle hooks are registered for job kind {kind!r}, which has no handler.",
+            hint="Check the kind's spelling, or register its handler with @awa_django.job "
+            "in an installed app's jobs.py.",
+            id="awa.W010",
+        )
+        for kind in kinds
+        if not _kind_is_served(hooks, kind)
+    ]
+
+
+def _kind_is_served(hooks: Registry, kind: str) -> bool:
+    """A @job handler or a registry resolver serves it, or it is the dotted path of a
+    callable (the django.tasks backend's kinds), whose resolver may not be registered yet."""
+    try:
+        if hooks.job(kind) is not None:
+            return True
+    except Exception:
+        return True  # a resolver that fails here is its own surface's problem to report
+    if "." not in kind:
+        return False
+    try:
+        return callable(import_string(kind))
+    except Exception:  # not importable, or its module fails to import: not served
+        return False

@@ -35,25 +35,32 @@ class _Rejected(Exception):
         self.status = status
 
 
-_Resolve = Callable[[Client, uuid.UUID, dict[str, Any]], JobRow]
+def _complete(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+    return client.complete_external(callback_id, body.get("payload"))
 
-# Per action: the body fields it accepts and the Client call it makes.
-_ACTIONS: dict[str, tuple[frozenset[str], _Resolve]] = {
-    "complete": (
-        frozenset({"payload"}),
-        lambda client, cb, body: client.complete_external(cb, body.get("payload")),
-    ),
-    "fail": (
-        frozenset({"error"}),
-        lambda client, cb, body: client.fail_external(cb, body.get("error")),  # type: ignore[arg-type]
-    ),
-    "retry": (frozenset(), lambda client, cb, body: client.retry_external(cb)),
-    "heartbeat": (
-        frozenset({"timeout_seconds"}),
-        lambda client, cb, body: client.heartbeat_callback(cb, body.get("timeout_seconds", 3600)),
-    ),
+
+def _fail(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+    return client.fail_external(callback_id, body.get("error"))  # type: ignore[arg-type]
+
+
+def _retry(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+    return client.retry_external(callback_id)
+
+
+def _heartbeat(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+    return client.heartbeat_callback(callback_id, body.get("timeout_seconds", 3600))
+
+
+# Per action: the body fields it accepts and the Client call it makes. The Client checks
+# the values (a missing or empty error, a negative timeout) and says what is wrong.
+_ACTIONS: dict[str, tuple[frozenset[str], Callable[..., JobRow]]] = {
+    "complete": (frozenset({"payload"}), _complete),
+    "fail": (frozenset({"error"}), _fail),
+    "retry": (frozenset(), _retry),
+    "heartbeat": (frozenset({"timeout_seconds"}), _heartbeat),
 }
 
+# Typed errors the Client raises, as HTTP statuses.
 _STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (InvalidSignature, 401),
     (CallbackNotFound, 404),
@@ -62,6 +69,7 @@ _STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (PayloadTooLarge, 400),
     (DatabaseUnavailable, 503),
 )
+_KNOWN_ERRORS = tuple(error for error, _ in _STATUS_OF)
 
 
 # CSRF protection guards cookie-authenticated browser sessions; these requests carry no
@@ -82,9 +90,13 @@ def resolve_callback(request: HttpRequest, callback_id: str, action: str) -> Jso
         job = resolve(Client(), _callback_uuid(callback_id), _parse(body, fields))
     except _Rejected as exc:
         return _error(exc.status, str(exc))
-    except tuple(e for e, _ in _STATUS_OF) as exc:
-        return _error(next(s for e, s in _STATUS_OF if isinstance(exc, e)), str(exc))
+    except _KNOWN_ERRORS as exc:
+        return _error(_status(exc), str(exc))
     return JsonResponse({"id": job.id, "state": job.state})
+
+
+def _status(exc: Exception) -> int:
+    return next(status for error, status in _STATUS_OF if isinstance(exc, error))
 
 
 def _read_body(request: HttpRequest, limit: int) -> bytes:

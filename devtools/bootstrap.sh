@@ -2,6 +2,7 @@
 # Make sure .venv exists with Python >= 3.12 and holds the project with its `dev` extra.
 # Idempotent: reinstalls only when pyproject.toml changed since the last install.
 # Override the interpreter with PYTHON=/path/to/python3.x, the folder with VENV=path.
+# `bootstrap.sh --find-python` only prints the interpreter it would use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -26,6 +27,11 @@ find_python() {
     done
     return 1
 }
+
+if [ "${1:-}" = "--find-python" ]; then  # report the interpreter a new venv would use
+    find_python
+    exit
+fi
 
 if [ ! -x "$VENV/bin/python" ]; then
     if ! python="$(find_python)"; then

@@ -76,3 +76,13 @@ def flaky(context: TaskContext) -> int:
 # `@task(max_attempts=2)` needs an AwaBackend to be configured when this module is imported;
 # the test settings may use another backend then, so the AwaTask is built directly.
 flaky = AwaTask(func=flaky, takes_context=True, max_attempts=2)  # type: ignore[assignment]
+
+
+RUN_ORDER: list[str] = []
+
+
+@task()
+def record(label: str) -> str:
+    """Appends `label` to RUN_ORDER, so a test can see the order tasks ran in."""
+    RUN_ORDER.append(label)
+    return label

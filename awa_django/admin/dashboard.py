@@ -7,10 +7,10 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.utils import timezone
 
 from .. import queues
 from ..models import WorkerInstance
@@ -62,7 +62,12 @@ def _queue_row(stats: queues.QueueStats, changelist: str) -> dict[str, Any]:
 
 
 def _worker_row(worker: WorkerInstance) -> dict[str, Any]:
-    return {"worker": worker, "queues": _queue_names(worker.queues)}
+    seen = (timezone.now() - worker.last_seen_at).total_seconds()
+    return {
+        "worker": worker,
+        "queues": _queue_names(worker.queues),
+        "seen_ago": queues.format_duration(max(seen, 0.0)),
+    }
 
 
 def _queue_names(raw: object) -> str:
@@ -74,9 +79,10 @@ def _queue_names(raw: object) -> str:
     return str(raw or "")
 
 
-@require_POST
 def queue_operation_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
     """Pause or resume one queue (POST from a dashboard button)."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     if not request.user.has_perm(PAUSE_PERMISSION):
         raise PermissionDenied
     form = QueueOperationForm(request.POST)

@@ -26,14 +26,14 @@ from ..codec import decode_args, dumps
 from ..context import Job
 from ..events import Completed, Event, Started
 from ..exceptions import AwaError, StaleAttempt, UnknownJobKind
-from ..registry import registry
+from ..registry import JobDefinition, registry
 from ..results import CallbackToken
 from ..snapshot import JobRow
 from ..sql import jobs as jobs_sql
 from .completer import Completer
 from .database import Database, retry_transient
 from .inflight import InFlight
-from .outcomes import Transition, contract_violation, plan
+from .outcomes import Transition, contract_violation, event_for, plan
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -83,10 +83,7 @@ class Executor:
 
     async def _run_handler(self, job: Job[Any]) -> tuple[Any, Transition | None]:
         try:
-            definition = registry.job(job.kind)
-            if definition is None:
-                raise UnknownJobKind(f"unknown job kind: {job.kind}")
-            job.args = decode_args(definition.args_type, job.row.args)
+            definition = load_handler(job)
             if definition.is_async:
                 result = await definition.handler(job)
             else:
@@ -123,10 +120,7 @@ class Executor:
         await self._transition(job, transition)
 
     async def _transition(self, job: Job[Any], transition: Transition) -> None:
-        progress = job.progress
-        params = transition.params(
-            job.row, None if progress is None else dumps(progress, what="progress")
-        )
+        params = transition.params(job.row, _progress_json(job))
         rows = await retry_transient(
             lambda: self.db.jobs(jobs_sql.job_set_state_if_running, params),
             f"writing the outcome of job {job.id}",
@@ -140,7 +134,7 @@ class Executor:
         if row.state == "failed":
             self.failed_count += 1
         if transition.event is not None:
-            self._emit(_event(transition, row))
+            self._emit(event_for(transition, row))
 
     async def _park_refused(self, job: Job[Any]) -> None:
         """The park matched nothing: either the callback was already resolved (the job
@@ -220,7 +214,7 @@ class Executor:
                     {
                         "id": job.id,
                         "run_lease": job.run_lease,
-                        "progress": dumps(progress, what="progress"),
+                        "progress": _progress_json(job),
                     },
                 )
             )
@@ -235,6 +229,16 @@ class Executor:
                 "`await job.aregister_callback()` / `await job.await_for_callback()`"
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def load_handler(job: Job[Any]) -> JobDefinition:
+    """The handler for `job`'s kind, with `job.args` decoded into its args type.
+    Raises UnknownJobKind / InvalidJobArgs, which fail the job terminally."""
+    definition = registry.job(job.kind)
+    if definition is None:
+        raise UnknownJobKind(f"unknown job kind: {job.kind}")
+    job.args = decode_args(definition.args_type, job.row.args)
+    return definition
 
 
 def _run_sync(handler: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
@@ -254,17 +258,6 @@ def _check_timeout(timeout: float) -> None:
         )
 
 
-def _event(transition: Transition, row: JobRow) -> Event:
-    event_type = transition.event
-    assert event_type is not None
-    fields: dict[str, Any] = {"job": row}
-    names = event_type.__dataclass_fields__
-    if "error" in names:
-        fields["error"] = transition.error or ""
-    if "attempt" in names:
-        fields["attempt"] = row.attempt
-    if "next_run_at" in names:
-        fields["next_run_at"] = row.run_at
-    if "reason" in names:
-        fields["reason"] = transition.reason
-    return event_type(**fields)
+def _progress_json(job: Job[Any]) -> str | None:
+    progress = job.progress
+    return None if progress is None else dumps(progress, what=f"progress of job {job.id}")

@@ -109,3 +109,20 @@ def describe(error: BaseException) -> str:
         dropped = len(lines) - TRACEBACK_LINES
         lines = [f"... ({dropped} lines truncated, full trace in logs)", *lines[-TRACEBACK_LINES:]]
     return head + "\n" + "\n".join(lines)
+
+
+def event_for(transition: Transition, row: JobRow) -> Event:
+    """The event a committed `transition` of `row` announces (its type must be set)."""
+    event_type = transition.event
+    assert event_type is not None
+    fields: dict[str, Any] = {"job": row}
+    names = event_type.__dataclass_fields__
+    if "error" in names:
+        fields["error"] = transition.error or ""
+    if "attempt" in names:
+        fields["attempt"] = row.attempt
+    if "next_run_at" in names:
+        fields["next_run_at"] = row.run_at
+    if "reason" in names:
+        fields["reason"] = transition.reason
+    return event_type(**fields)

@@ -198,6 +198,6 @@ def table(rows: Sequence[JobRow], wanted: Sequence[Expected]) -> str:
 def errors_cell(row: JobRow) -> str:
     if not row.errors:
         return "-"
-    last = " ".join(str(row.errors[-1].get("error", "")).split())
+    last = hooks.first_line(str(row.errors[-1].get("error", "")))
     last = last if len(last) <= 70 else last[:67] + "..."
     return f"{len(row.errors)}: {last}"

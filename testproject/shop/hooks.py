@@ -20,33 +20,38 @@ OBSERVED: list[str] = []
 
 
 def describe(event: Event) -> str:
-    job = event.job
     detail = ""
     if isinstance(event, Completed):
         detail = f"after {event.duration.total_seconds():.3f} s"
     elif isinstance(event, Retried):
-        detail = f"attempt {event.attempt} failed: {event.error}"
+        detail = f"attempt {event.attempt} failed: {first_line(event.error)}"
     elif isinstance(event, Exhausted):
-        detail = f"attempt {event.attempt}: {event.error}"
+        detail = f"attempt {event.attempt}: {first_line(event.error)}"
     elif isinstance(event, WaitingForCallback):
-        detail = f"callback {job.callback_id}"
+        detail = f"callback {event.job.callback_id}"
     elif isinstance(event, Rescued | awa_django.Cancelled):
         detail = event.reason
-    stamp = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
-    return f"{stamp} {type(event).__name__:<18} {job.kind} #{job.id} {detail}".rstrip()
+    return f"{type(event).__name__:<18} {event.job.kind} #{event.job.id} {detail}".rstrip()
+
+
+def first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def emit(line: str) -> None:
+    # The timestamp lets the demo merge lines from the worker and the web process in order.
+    stamped = f"{datetime.now(UTC).strftime('%H:%M:%S.%f')[:-3]} {line}"
+    OBSERVED.append(stamped)
+    print(f"{PREFIX} {stamped}", flush=True)
 
 
 def log_event(event: Event) -> None:
-    line = describe(event)
-    OBSERVED.append(line)
-    print(f"{PREFIX} {line}", flush=True)
+    emit(describe(event))
 
 
 def alert_ops(event: Exhausted) -> None:
     order = event.args  # a ChargeCard: typed hooks get the decoded dataclass
-    line = f"ops alert: charging order {order.order_id} failed for good ({event.error})"
-    OBSERVED.append(line)
-    print(f"{PREFIX} {line}", flush=True)
+    emit(f"ops alert: charging order {order.order_id} failed for good")
 
 
 def register() -> None:

@@ -1,0 +1,13 @@
+"""The Django admin as an operations console: the job list, detail and actions
+(`jobs.py`), the queue dashboard (`dashboard.py`). Registered on the default admin site."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from ..models import Job
+from .jobs import JobAdmin
+
+admin.site.register(Job, JobAdmin)
+
+__all__ = ["JobAdmin"]

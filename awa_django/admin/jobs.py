@@ -1,0 +1,278 @@
+"""The job admin: a list that stays fast on millions of rows, a read-only detail page,
+operator actions with one permission each, and the dashboard's URLs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Left
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import ActiveLease, Job
+from ..paginator import EstimatedCountPaginator
+from ..queues import format_duration
+from ..states import TERMINAL_STATES
+from . import actions, dashboard, detail
+from .filters import KindFilter, QueueFilter
+
+LAST_ERROR_CHARS = 80
+MAX_BIGINT = 2**63 - 1
+# Columns the list never shows; args alone may be 256 KB per row.
+LIST_DEFERRED = ("args", "errors", "metadata", "progress", "result", "unique_key")
+
+
+class JobChangeList(ChangeList):
+    """Loads only what the list shows: heavy JSON columns deferred, the last error's
+    first characters computed by PostgreSQL."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
+        queryset = super().get_queryset(request, exclude_parameters)
+        last_error = KeyTextTransform("error", KeyTransform("-1", "errors"))
+        return queryset.defer(*LIST_DEFERRED).annotate(
+            last_error_head=Left(last_error, LAST_ERROR_CHARS + 1)
+        )
+
+
+def search_filter(term: str) -> Q:
+    """Exact matches only, each served by an index: a number is an id, a UUID a callback
+    id, `kind:x` / `queue:x` / `tag:x` name the column, anything else is a kind or a tag."""
+    prefix, _, value = term.partition(":")
+    if value and prefix in ("kind", "queue", "tag"):
+        return Q(tags__contains=[value]) if prefix == "tag" else Q(**{prefix: value})
+    if term.isdigit():
+        return Q(id=int(term)) if int(term) <= MAX_BIGINT else Q(pk__in=[])
+    try:
+        return Q(callback_id=uuid.UUID(term))
+    except ValueError:
+        return Q(kind=term) | Q(tags__contains=[term])
+
+
+class JobAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "state_badge",
+        "attempts",
+        "run_at",
+        "age",
+        "last_error",
+    )
+    list_display_links = ("id", "kind")
+    list_filter = ("state", QueueFilter, KindFilter)
+    # Only the primary key orders the list: any other sort would sort the whole table.
+    sortable_by = ("id",)
+    search_fields = ("kind",)  # shows the box; get_search_results does the matching
+    search_help_text = (
+        "Exact match: a job id, a callback id, a kind or a tag; or kind:…, queue:…, tag:…"
+    )
+    list_per_page = 50
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    actions = [
+        actions.retry_jobs,
+        actions.cancel_jobs,
+        actions.complete_callbacks,
+        actions.fail_callbacks,
+        actions.retry_callbacks,
+    ]
+    readonly_fields = (
+        "id",
+        "kind",
+        "queue",
+        "state_badge",
+        "priority",
+        "attempts",
+        "run_lease",
+        "tags",
+        "callback_id",
+        "callback_timeout_at",
+        "progress_bar",
+        "live_lease",
+        "timeline",
+        "args_pretty",
+        "error_history",
+        "metadata_pretty",
+        "result_pretty",
+        "run_at",
+        "created_at",
+        "attempted_at",
+        "finalized_at",
+        "attempted_by",
+    )
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("id", "kind", "queue"),
+                    ("state_badge", "attempts", "priority", "run_lease"),
+                    "tags",
+                    ("callback_id", "callback_timeout_at"),
+                )
+            },
+        ),
+        ("Progress", {"fields": ("progress_bar",)}),
+        ("Lease", {"fields": ("live_lease",)}),
+        ("Timeline", {"fields": ("timeline",)}),
+        ("Args", {"fields": ("args_pretty",)}),
+        ("Errors", {"fields": ("error_history",)}),
+        ("Metadata and result", {"fields": ("metadata_pretty", "result_pretty")}),
+        (
+            "Timestamps",
+            {
+                "fields": (
+                    ("run_at", "created_at"),
+                    ("attempted_at", "finalized_at"),
+                    "attempted_by",
+                )
+            },
+        ),
+    )
+
+    class Media:
+        css = {"all": ("awa_django/admin.css",)}
+
+    # -- permissions: jobs are enqueued by code and owned by the runtime ------------------
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        if obj is not None and obj.state not in TERMINAL_STATES:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        # Re-checked in the statement: the job may have been retried since the page loaded.
+        Job.objects.filter(pk=obj.pk, state__in=TERMINAL_STATES).delete()
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        # Bulk delete would remove queued and running jobs too; pruning owns terminal rows.
+        found = super().get_actions(request)
+        found.pop("delete_selected", None)
+        return found
+
+    def _has(self, request: HttpRequest, codename: str) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def has_retry_job_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "retry_job")
+
+    def has_cancel_job_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "cancel_job")
+
+    def has_complete_callback_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "complete_callback")
+
+    def has_fail_callback_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "fail_callback")
+
+    def has_retry_callback_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "retry_callback")
+
+    # -- list -----------------------------------------------------------------------------
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        term = search_term.strip()
+        return (queryset.filter(search_filter(term)) if term else queryset), False
+
+    @admin.display(description="state")
+    def state_badge(self, obj: Job) -> SafeString:
+        return format_html('<span class="awa-badge awa-state-{}">{}</span>', obj.state, obj.state)
+
+    @admin.display(description="attempt")
+    def attempts(self, obj: Job) -> str:
+        return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="age")
+    def age(self, obj: Job) -> str:
+        return format_duration((timezone.now() - obj.created_at).total_seconds())
+
+    @admin.display(description="last error")
+    def last_error(self, obj: Job) -> str:
+        head = getattr(obj, "last_error_head", None)
+        if head is None:
+            return ""
+        one_line = " ".join(head.split())
+        return one_line if len(head) <= LAST_ERROR_CHARS else one_line[:LAST_ERROR_CHARS] + "…"
+
+    # -- detail ---------------------------------------------------------------------------
+    def _lease(self, obj: Job) -> ActiveLease | None:
+        # Looked up once per page although the lease and the timeline both show it.
+        if "_awa_lease" not in obj.__dict__:
+            obj.__dict__["_awa_lease"] = ActiveLease.objects.filter(job_id=obj.pk).first()
+        lease: ActiveLease | None = obj.__dict__["_awa_lease"]
+        return lease
+
+    @admin.display(description="progress")
+    def progress_bar(self, obj: Job) -> SafeString:
+        return detail.progress_bar(obj.progress)
+
+    @admin.display(description="live lease")
+    def live_lease(self, obj: Job) -> SafeString:
+        return detail.lease_table(self._lease(obj))
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: Job) -> SafeString:
+        return detail.timeline(obj, self._lease(obj))
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: Job) -> SafeString:
+        url = reverse(f"{self.admin_site.name}:awa_django_job_args", args=[obj.pk])
+        return detail.json_block(obj.args, url)
+
+    @admin.display(description="error history")
+    def error_history(self, obj: Job) -> SafeString:
+        return detail.error_history(obj.errors)
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: Job) -> SafeString:
+        return detail.json_block(obj.metadata)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: Job) -> SafeString:
+        return detail.json_block(obj.result)
+
+    def args_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The whole args of one job as JSON (the detail page shows only the head)."""
+        job = get_object_or_404(self.get_queryset(request).only("id", "args"), pk=object_id)
+        if not self.has_view_permission(request, job):
+            raise PermissionDenied
+        return JsonResponse(job.args, safe=False, json_dumps_params={"indent": 2})
+
+    # -- URLs -----------------------------------------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        own = [
+            path(
+                "dashboard/",
+                wrap(lambda request: dashboard.dashboard_view(self, request)),
+                name="awa_django_dashboard",
+            ),
+            path(
+                "dashboard/queues/",
+                wrap(lambda request: dashboard.queue_operation_view(self, request)),
+                name="awa_django_queue_operation",
+            ),
+            path("<int:object_id>/args/", wrap(self.args_view), name="awa_django_job_args"),
+        ]
+        return own + super().get_urls()  # type: ignore[return-value]

@@ -1,0 +1,168 @@
+"""Runs available jobs inline, in the calling thread, on Django's connection.
+
+For tests and scripts (`awa_django.testing.drain()` uses it): the same claim, the same
+guarded outcome statements and the same post-commit events as the worker, without a
+worker process. Callbacks can be registered; waiting for one in place is not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from .. import hooks, storage
+from ..codec import dumps
+from ..context import Job
+from ..events import Completed, Event, Started
+from ..exceptions import AwaError, StaleAttempt
+from ..models import Job as JobModel
+from ..results import CallbackToken
+from ..sql import jobs as jobs_sql
+from .executor import load_handler
+from .outcomes import Transition, contract_violation, event_for, plan
+
+logger = logging.getLogger("awa_django.worker")
+
+WORKER_ID = "inline"
+CLAIM_BATCH = 100
+
+
+def run_available(
+    queue: str | None = None, *, using: str = "default", limit: int | None = None
+) -> int:
+    """Claim and run available jobs (of `queue`, or of every queue) until none is left or
+    `limit` attempts ran; returns how many attempts ran. Jobs that become available while
+    it runs (a retry whose backoff passed is *not* one: it waits for promotion) are run too."""
+    runner = _InlineRunner(using)
+    ran = 0
+    while limit is None or ran < limit:
+        queues = [queue] if queue else _queues_with_work(using)
+        claimed = 0
+        for name in queues:
+            batch = CLAIM_BATCH if limit is None else min(CLAIM_BATCH, limit - ran)
+            for row in storage.fetch_jobs(
+                using,
+                jobs_sql.job_claim_many,
+                {
+                    "queue": name,
+                    "limit": batch,
+                    "worker_id": WORKER_ID,
+                    "deadline_seconds": 0,
+                },
+            ):
+                runner.run(Job(row, None, host=runner))
+                claimed += 1
+                ran += 1
+        if not claimed:
+            return ran
+    return ran
+
+
+def _queues_with_work(using: str) -> list[str]:
+    return list(
+        JobModel.objects.using(using)
+        .filter(state="available")
+        .values_list("queue", flat=True)
+        .distinct()
+    )
+
+
+class _InlineRunner:
+    """Runs one claimed attempt and writes its outcome; the inline `AttemptHost`."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    def run(self, job: Job[Any]) -> None:
+        self._emit(Started(job=job.row))
+        started = time.monotonic()
+        try:
+            definition = load_handler(job)
+            result = definition.handler(job)
+            if asyncio.iscoroutine(result):
+                result = asyncio.run(result)
+            transition = plan(job.row, result=result)
+        except Exception as exc:
+            transition = plan(job.row, error=exc)
+        if transition is None:
+            transition = self._complete(job, time.monotonic() - started)
+        if transition is not None:
+            self._transition(job, transition)
+
+    def _complete(self, job: Job[Any], seconds: float) -> Transition | None:
+        try:
+            result = None if job.result is None else dumps(job.result, what="result")
+        except AwaError as exc:
+            return plan(job.row, error=exc)
+        rows = storage.fetch_jobs(
+            self.using,
+            jobs_sql.job_complete_many,
+            {
+                "ids": [job.id],
+                "leases": [job.run_lease],
+                "results": [result],
+            },
+        )
+        if rows:
+            self._emit(Completed(job=rows[0], duration=timedelta(seconds=seconds)))
+        return None
+
+    def _transition(self, job: Job[Any], transition: Transition) -> None:
+        progress = None if job.progress is None else dumps(job.progress, what="progress")
+        rows = storage.fetch_jobs(
+            self.using, jobs_sql.job_set_state_if_running, transition.params(job.row, progress)
+        )
+        if rows and transition.event is not None:
+            self._emit(event_for(transition, rows[0]))
+        elif not rows and transition.callback_id is not None:
+            current = storage.fetch_jobs(self.using, jobs_sql.job_get, {"id": job.id})
+            if current and current[0].state == "running" and current[0].run_lease == job.run_lease:
+                self._transition(job, contract_violation())
+
+    def _emit(self, event: Event) -> None:
+        transaction.on_commit(lambda: hooks.dispatch(event), using=self.using)
+
+    # -- AttemptHost ------------------------------------------------------------------------
+    def register_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+        import uuid
+
+        rows = storage.fetch_rows(
+            self.using,
+            jobs_sql.job_register_callback,
+            {
+                "id": job.id,
+                "run_lease": job.run_lease,
+                "callback_id": uuid.uuid4(),
+                "timeout_seconds": float(timeout),
+            },
+        )
+        if not rows:
+            raise StaleAttempt(f"job {job.id} is no longer running under this attempt")
+        return CallbackToken(id=rows[0][0], timeout_at=rows[0][1])
+
+    def wait_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+        raise AwaError("wait_for_callback() cannot wait inline; run a worker for this job")
+
+    async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+        return self.register_callback(job, timeout)
+
+    async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+        return self.wait_for_callback(job, token)
+
+    def flush_progress(self, job: Job[Any]) -> None:
+        progress = job.take_progress()
+        if progress is not None:
+            storage.fetch_rows(
+                self.using,
+                jobs_sql.job_progress_flush,
+                {
+                    "id": job.id,
+                    "run_lease": job.run_lease,
+                    "progress": dumps(progress, what="progress"),
+                },
+            )
