@@ -60,7 +60,9 @@ def decode_args(args_type: type | None, raw: Any) -> Any:
             _check_type(name, field.name, hints.get(field.name), raw[field.name])
     try:
         return args_type(**raw)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
+        # TypeError: missing / unexpected fields; ValueError: the dataclass's own
+        # __post_init__ validation. Both are deterministic, so retrying cannot help.
         raise InvalidJobArgs(f"args do not fit {name}: {exc}") from exc
 
 

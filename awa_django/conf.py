@@ -18,7 +18,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+# \Z, not $: `$` also matches before a trailing newline ("default\n" would pass).
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}\Z")
 DEFAULT_QUEUE = "default"
 
 
@@ -69,7 +70,7 @@ _SCALAR_KEYS = {f.name.upper(): f.name for f in fields(AwaSettings) if f.name !=
 def validate_queue_name(name: object) -> str:
     from .exceptions import InvalidQueueName
 
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise InvalidQueueName(
             f"invalid queue name {name!r}: use 1-200 characters of letters, digits, "
             "'_', '-', '.' and ':'"

@@ -150,7 +150,7 @@ def _completed(db: str, window_minutes: int) -> dict[str, tuple[int, int]]:
         Job.objects.using(db)
         .filter(state=JobState.COMPLETED, finalized_at__gte=window_start)
         .values("queue")
-        .annotate(window=Count("*"), minute=Count("*", filter=Q(finalized_at__gte=minute_start)))
+        .annotate(window=Count("*"), minute=Count("id", filter=Q(finalized_at__gte=minute_start)))
         .order_by()
     )
     return {r["queue"]: (r["minute"], r["window"]) for r in rows}

@@ -107,7 +107,7 @@ def assert_enqueued(
     if (count is None and not matches) or (count is not None and len(matches) != count):
         wanted = "a" if count is None else f"exactly {count}"
         raise AssertionError(
-            f"expected {wanted} {_describe(kind, queue, fields)} job, found "
+            f"expected {wanted} {_describe(kind, queue, fields)}, found "
             f"{len(matches)}.\n{_listing(using)}"
         )
     return matches
@@ -120,7 +120,7 @@ def assert_not_enqueued(
     matches = _matching(kind, queue, using, fields)
     if matches:
         raise AssertionError(
-            f"expected no {_describe(kind, queue, fields)} job, found {len(matches)}.\n"
+            f"expected no {_describe(kind, queue, fields)}, found {len(matches)}.\n"
             f"{_listing(using)}"
         )
 
@@ -156,7 +156,7 @@ def _as_json(value: Any) -> Any:
 
 
 def _describe(kind: type | str | Task, queue: str | None, fields: dict[str, Any]) -> str:
-    parts = [repr(_kind(kind))]
+    parts = [f"{_kind(kind)!r} job"]
     if queue is not None:
         parts.append(f"on queue {queue!r}")
     if fields:

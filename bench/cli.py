@@ -103,8 +103,9 @@ def run_scenario(name: str, scenario: Any, options: Any, runs: int) -> list[dict
     results: list[dict[str, Any]] = []
     for run in range(1, runs + 1):
         print(f"[bench] {name} run {run}/{runs}", file=sys.stderr, flush=True)
+        load = round(os.getloadavg()[0], 2)  # other work on the machine skews the figures
         try:
-            line = {"scenario": name, "run": run, **scenario(options)}
+            line = {"scenario": name, "run": run, **scenario(options), "loadavg_1m": load}
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             emit({"scenario": name, "run": run, "error": f"{type(exc).__name__}: {exc}"})

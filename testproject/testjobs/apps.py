@@ -1,3 +1,7 @@
+from __future__ import annotations
+
+import os
+
 from django.apps import AppConfig
 
 
@@ -6,3 +10,24 @@ class TestJobsConfig(AppConfig):
 
     name = "testproject.testjobs"
     label = "testjobs"
+
+    def ready(self) -> None:
+        import awa_django
+
+        awa_django.on_event_kind("acc_sleep", record_hook)
+        awa_django.on_event_kind("acc_block", record_hook)
+
+
+def record_hook(event: object) -> None:
+    """Writes each lifecycle event it sees, from whichever process dispatched it."""
+    from .models import HookCall
+
+    job = event.job  # type: ignore[attr-defined]
+    HookCall.objects.create(
+        job_id=job.id,
+        event=type(event).__name__,
+        state=job.state,
+        run_lease=job.run_lease,
+        pid=os.getpid(),
+        detail=getattr(event, "reason", "") or getattr(event, "error", "")[:200],
+    )

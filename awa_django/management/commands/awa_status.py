@@ -1,0 +1,125 @@
+"""`python manage.py awa_status [--json]`: per-queue figures and live workers, for people
+and scripts (the same figures as the admin dashboard)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, ProgrammingError
+
+from ...conf import awa_settings
+from ...models import WorkerInstance
+from ...queues import DEPTH_STATES, QueueStats, format_duration, live_workers, queue_stats
+
+SHORT_NAMES = {"waiting_external": "waiting"}
+
+
+class Command(BaseCommand):
+    help = "Show depth by state, throughput, lag and paused flag per queue, and live workers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        parser.add_argument(
+            "--window", type=int, default=5, help="throughput window in minutes (default 5)"
+        )
+        parser.add_argument("--database", default=None, help="database alias (default: AWA)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        using = options["database"] or awa_settings().database
+        if options["window"] < 1:
+            raise CommandError("--window must be at least 1 minute")
+        stats, workers = _collect(options["window"], using)
+        if options["json"]:
+            self.stdout.write(json.dumps(_document(stats, workers, options["window"]), indent=2))
+        else:
+            self.stdout.write(_table(stats, options["window"]))
+            self.stdout.write(_workers_text(workers))
+
+
+def _collect(window: int, using: str) -> tuple[list[QueueStats], list[WorkerInstance]]:
+    try:
+        return queue_stats(window, using=using), live_workers(using=using)
+    except ProgrammingError as exc:
+        if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+            raise CommandError(
+                f"awa-django's tables are missing in database {using!r}: "
+                "run `python manage.py migrate` first."
+            ) from exc
+        raise CommandError(f"cannot read queue figures: {exc}") from exc
+    except DatabaseError as exc:
+        raise CommandError(f"cannot read queue figures from database {using!r}: {exc}") from exc
+
+
+def _document(
+    stats: list[QueueStats], workers: list[WorkerInstance], window: int
+) -> dict[str, Any]:
+    return {
+        "window_minutes": window,
+        "queues": [q.as_dict() for q in stats],
+        "workers": [
+            {
+                "worker_id": w.worker_id,
+                "hostname": w.hostname,
+                "pid": w.pid,
+                "queues": w.queues,
+                "started_at": w.started_at.isoformat(),
+                "last_seen_at": w.last_seen_at.isoformat(),
+                "leader": w.leader,
+                "shutting_down": w.shutting_down,
+                "completed_count": w.completed_count,
+            }
+            for w in workers
+        ],
+    }
+
+
+def _table(stats: list[QueueStats], window: int) -> str:
+    header = [
+        "queue",
+        *(SHORT_NAMES.get(s, s) for s in DEPTH_STATES),
+        "done/1m",
+        f"done/{window}m",
+        "lag",
+        "status",
+    ]
+    rows = [header] + [
+        [
+            q.queue,
+            *(str(q.depth.get(s, 0)) for s in DEPTH_STATES),
+            str(q.completed_last_minute),
+            str(q.completed_in_window),
+            format_duration(q.lag_seconds),
+            f"paused by {q.paused_by}" if q.paused and q.paused_by else _status(q),
+        ]
+        for q in stats
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(_cell(v, w, i) for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _status(q: QueueStats) -> str:
+    return "paused" if q.paused else "active"
+
+
+def _cell(value: str, width: int, index: int) -> str:
+    # Names and status read left-aligned, figures right-aligned.
+    return value.ljust(width) if index in (0, len(DEPTH_STATES) + 4) else value.rjust(width)
+
+
+def _workers_text(workers: list[WorkerInstance]) -> str:
+    if not workers:
+        return "\nNo live workers (none reported in recently)."
+    lines = [f"\n{len(workers)} live worker{'s' if len(workers) != 1 else ''}:"]
+    for w in workers:
+        role = " leader" if w.leader else ""
+        stopping = " shutting down" if w.shutting_down else ""
+        seen = f"{w.last_seen_at:%H:%M:%S}"
+        lines.append(f"  {w.hostname}:{w.pid}{role}{stopping}  {w.worker_id}  last seen {seen}")
+    return "\n".join(lines)

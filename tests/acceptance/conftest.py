@@ -1,0 +1,108 @@
+"""Real `manage.py awa_worker` subprocesses against the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Timings that make crash detection take about a second instead of minutes.
+FAST = [
+    "--poll-interval",
+    "0.1",
+    "--heartbeat-interval",
+    "0.2",
+    "--heartbeat-staleness",
+    "1",
+    "--rescue-interval",
+    "0.2",
+    "--promote-interval",
+    "0.1",
+    "--leader-ttl",
+    "1",
+    "--election-interval",
+    "0.2",
+    "--shutdown-grace",
+    "10",
+]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "") -> object:
+    """Poll `predicate` until it is truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def database_url_for_tests() -> str:
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    return f"postgres://{auth}@{s['HOST'] or 'localhost'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+class WorkerProcess:
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.log = log
+        env = {**os.environ, "DATABASE_URL": database_url_for_tests(), "PYTHONUNBUFFERED": "1"}
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "manage.py", "awa_worker", *args],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, fast: bool = True) -> WorkerProcess:
+        worker = WorkerProcess(
+            [*(FAST if fast else []), *args], tmp_path / f"worker-{len(started)}.log"
+        )
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
+        if os.environ.get("AWA_SHOW_WORKER_LOGS"):
+            print(worker.output())

@@ -1,0 +1,148 @@
+"""The demo shop's example jobs and hooks (testproject/shop), and `manage.py awa_demo`.
+
+Each example job is run inline against the real database and must end as the README
+says: SendReceipt completes, SyncInventory fails once then completes, ChargeCard of zero
+cents fails for good, RequestShippingLabel parks until a signed carrier callback. The last
+test runs the whole demo command with a real worker subprocess.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import environ
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client as HttpClient
+from django.utils import timezone
+
+import awa_django
+from awa_django.models import Job
+from awa_django.signing import callback_url, sign_callback_request
+from awa_django.worker.inline import run_available
+from testproject.shop import hooks
+from testproject.shop.demo import database_url
+from testproject.shop.jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
+
+
+@contextmanager
+def observed_hooks(capture_on_commit: object) -> Iterator[list[str]]:
+    """The shop hook lines emitted inside the block, once its on-commit callbacks ran."""
+    seen: list[str] = []
+    start = len(hooks.OBSERVED)
+    with capture_on_commit(execute=True):  # type: ignore[operator]
+        yield seen
+    seen.extend(line.split(" ", 1)[1] for line in hooks.OBSERVED[start:])
+
+
+def run_job(args: object) -> Job:
+    row = awa_django.enqueue(args)
+    assert run_available(row.queue) >= 1
+    return Job.objects.get(id=row.id)
+
+
+def post_callback(callback_id: object, action: str, body: dict[str, object]) -> tuple[int, dict]:
+    path = callback_url(str(callback_id), action)
+    raw = json.dumps(body).encode()
+    response = HttpClient().post(
+        path, raw, content_type="application/json", headers=sign_callback_request("POST", path, raw)
+    )
+    return response.status_code, response.json()
+
+
+@pytest.mark.django_db
+def test_send_receipt_completes_on_its_first_attempt(django_capture_on_commit_callbacks):
+    with observed_hooks(django_capture_on_commit_callbacks) as seen:
+        job = run_job(SendReceipt(order_id=7))
+    assert (job.state, job.attempt, job.queue) == ("completed", 1, "email")
+    assert job.progress is None  # progress is cleared on success
+    assert [line.split()[0] for line in seen] == ["Started", "Completed"]
+
+
+@pytest.mark.django_db
+def test_sync_inventory_fails_once_then_succeeds_on_retry(django_capture_on_commit_callbacks):
+    with observed_hooks(django_capture_on_commit_callbacks) as seen:
+        job = run_job(SyncInventory(sku="SKU-1"))
+    assert (job.state, job.attempt) == ("retryable", 1)
+    assert job.errors[0]["error"].startswith("ConnectionError: inventory service timed out")
+    assert "Retried            sync_inventory" in seen[-1]
+
+    # Stands in for the leader's promotion of a retryable job whose backoff has passed
+    # (a past run_at: the test's transaction pins the database's now() at its start).
+    past = timezone.now() - timedelta(hours=1)
+    Job.objects.filter(id=job.id).update(state="available", run_at=past)
+    assert run_available("default") == 1
+    job.refresh_from_db()
+    assert (job.state, job.attempt, len(job.errors)) == ("completed", 2, 1)
+
+
+@pytest.mark.django_db
+def test_charge_of_zero_cents_fails_for_good_and_alerts_ops(django_capture_on_commit_callbacks):
+    with observed_hooks(django_capture_on_commit_callbacks) as seen:
+        job = run_job(ChargeCard(order_id=9, amount_cents=0))
+    assert (job.state, job.attempt) == ("failed", 1)
+    assert "refusing to charge 0 cents" in job.errors[-1]["error"]
+    assert any(line.startswith("Exhausted          charge_card") for line in seen)
+    assert "ops alert: charging order 9 failed for good" in seen
+
+
+@pytest.mark.django_db
+def test_shipping_label_waits_for_the_signed_carrier_callback(django_capture_on_commit_callbacks):
+    with observed_hooks(django_capture_on_commit_callbacks) as seen:
+        job = run_job(RequestShippingLabel(order_id=11))
+    assert job.state == "waiting_external" and job.callback_id is not None
+    assert job.progress["metadata"]["callback_id"] == str(job.callback_id)
+    assert seen[-1].startswith(f"WaitingForCallback request_shipping_label #{job.id} callback")
+
+    with observed_hooks(django_capture_on_commit_callbacks) as seen:
+        status, body = post_callback(
+            job.callback_id, "complete", {"payload": {"tracking_number": "PC11"}}
+        )
+    assert (status, body["state"]) == (200, "completed")
+    assert seen == [f"Completed          request_shipping_label #{job.id} after 0.000 s"]
+    callback_id = job.callback_id
+    job.refresh_from_db()
+    assert job.state == "completed"
+    # A callback resolves once: the carrier's retry of the same request finds nothing.
+    assert post_callback(callback_id, "complete", {})[0] == 404
+
+
+@pytest.mark.acceptance
+@pytest.mark.timeout(180)
+@pytest.mark.django_db(transaction=True)
+def test_demo_command_runs_every_example_job_through_a_worker():
+    out = io.StringIO()
+    call_command("awa_demo", "--timeout", "120", stdout=out)
+    text = out.getvalue()
+    assert "All demo jobs ended as expected" in text
+    assert "worker stopped with SIGTERM, exit code 0" in text
+    for kind in ("send_receipt", "sync_inventory", "charge_card", "request_shipping_label"):
+        assert kind in text
+    assert "Retried            sync_inventory" in text  # seen in the worker's hooks
+    assert "ops alert: charging order 1002 failed for good" in text
+    states = dict(Job.objects.filter(tags__contains=["demo"]).values_list("kind", "state"))
+    assert states == {
+        "send_receipt": "completed",
+        "sync_inventory": "completed",
+        "charge_card": "failed",
+        "request_shipping_label": "completed",
+    }
+    assert get_user_model().objects.get(username="admin").is_superuser
+
+
+def test_the_worker_gets_a_url_for_the_same_database():
+    # Round trip through django-environ, which is how the worker's settings read it.
+    for settings_dict in (
+        {"USER": "app", "PASSWORD": "p@ss/w:rd", "HOST": "db", "PORT": 5433, "NAME": "shop"},
+        {"USER": "postgres", "PASSWORD": "", "HOST": "127.0.0.1", "PORT": "", "NAME": "x"},
+    ):
+        parsed = environ.Env.db_url_config(database_url(settings_dict))
+        assert {key: parsed[key] for key in settings_dict} == settings_dict
+    socket = {"USER": "postgres", "PASSWORD": "", "HOST": "/run/pg", "PORT": "", "NAME": "x"}
+    parsed = environ.Env.db_url_config(database_url(socket))
+    assert (parsed["NAME"], parsed["OPTIONS"]) == ("x", {"host": "/run/pg"})

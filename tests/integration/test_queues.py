@@ -1,0 +1,176 @@
+"""Queue operations and figures (`awa_django.queues`) and the estimated-count paginator,
+against the real database."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import factory
+import pytest
+from django.utils import timezone
+
+from awa_django import queues
+from awa_django.exceptions import InvalidQueueName
+from awa_django.models import Job, QueueState, WorkerInstance
+from awa_django.paginator import EstimatedCountPaginator
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+class WorkerInstanceFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = WorkerInstance
+
+    worker_id = factory.Sequence(lambda n: f"worker-{n}")
+    hostname = "host-a"
+    pid = factory.Sequence(lambda n: 1000 + n)
+    queues = factory.LazyFunction(lambda: {"default": 10})
+
+
+def ago(seconds: float) -> dt.datetime:
+    return timezone.now() - dt.timedelta(seconds=seconds)
+
+
+def by_name(stats: list[queues.QueueStats]) -> dict[str, queues.QueueStats]:
+    return {q.queue: q for q in stats}
+
+
+def test_depth_counts_each_state_per_queue_but_not_completed():
+    JobFactory.create_batch(3, queue="default", state="available")
+    JobFactory.create_batch(2, queue="default", state="running")
+    JobFactory(queue="default", state="failed")
+    JobFactory(queue="email", state="waiting_external")
+    JobFactory(queue="email", state="completed", finalized_at=ago(3600))
+
+    stats = by_name(queues.queue_stats())
+
+    assert stats["default"].depth == {"available": 3, "running": 2, "failed": 1}
+    assert stats["default"].running == 2
+    assert stats["email"].depth == {"waiting_external": 1}
+    assert "completed" not in stats["email"].depth
+
+
+def test_configured_queues_are_listed_even_without_jobs():
+    names = [q.queue for q in queues.queue_stats()]
+    assert names == sorted(names)
+    assert {"default", "email"} <= set(names)
+    assert by_name(queues.queue_stats())["email"].depth == {}
+
+
+def test_throughput_counts_completions_in_the_last_minute_and_window():
+    JobFactory(queue="email", state="completed", finalized_at=ago(20))
+    JobFactory(queue="email", state="completed", finalized_at=ago(180))
+    JobFactory(queue="email", state="completed", finalized_at=ago(600))
+    JobFactory(queue="email", state="failed", finalized_at=ago(20))
+
+    email = by_name(queues.queue_stats(window_minutes=5))["email"]
+
+    assert (email.completed_last_minute, email.completed_in_window) == (1, 2)
+    assert email.throughput_per_minute == pytest.approx(0.4)
+    assert by_name(queues.queue_stats(window_minutes=15))["email"].completed_in_window == 3
+
+
+def test_lag_is_the_age_of_the_oldest_available_job():
+    JobFactory(queue="default", state="available", run_at=ago(120))
+    JobFactory(queue="default", state="available", run_at=ago(5))
+    JobFactory(queue="default", state="scheduled", run_at=ago(900))  # not yet promoted
+
+    stats = by_name(queues.queue_stats())
+
+    assert 110 < stats["default"].lag_seconds < 200
+    assert stats["email"].lag_seconds is None
+
+
+def test_queue_stats_is_four_queries(django_assert_num_queries):
+    JobFactory.create_batch(5, state="available")
+    with django_assert_num_queries(4):
+        queues.queue_stats()
+
+
+def test_queue_stats_rejects_an_empty_window():
+    with pytest.raises(ValueError, match="window_minutes"):
+        queues.queue_stats(window_minutes=0)
+
+
+def test_pause_and_resume_are_idempotent_and_show_in_stats():
+    paused = queues.pause_queue("email", by="ops@example.com")
+    queues.pause_queue("email", by="ops@example.com")
+
+    assert paused.paused and paused.paused_at is not None
+    email = by_name(queues.queue_stats())["email"]
+    assert (email.paused, email.paused_by) == (True, "ops@example.com")
+
+    queues.resume_queue("email")
+    queues.resume_queue("email")
+
+    row = QueueState.objects.get(queue="email")
+    assert (row.paused, row.paused_at, row.paused_by) == (False, None, "")
+    assert by_name(queues.queue_stats())["email"].paused is False
+
+
+def test_a_paused_queue_without_jobs_or_config_is_listed():
+    queues.pause_queue("reports")
+    assert by_name(queues.queue_stats())["reports"].paused
+
+
+def test_pause_rejects_a_bad_queue_name():
+    with pytest.raises(InvalidQueueName):
+        queues.pause_queue("no spaces allowed")
+    assert not QueueState.objects.exists()
+
+
+def test_live_workers_are_the_recently_seen_ones_leader_first():
+    WorkerInstanceFactory(worker_id="old", last_seen_at=ago(600))
+    WorkerInstanceFactory(worker_id="b", hostname="host-b")
+    WorkerInstanceFactory(worker_id="leader", hostname="host-z", leader=True)
+
+    assert [w.worker_id for w in queues.live_workers()] == ["leader", "b"]
+    # then by hostname: "old" runs on host-a
+    assert [w.worker_id for w in queues.live_workers(within_seconds=3600)] == [
+        "leader",
+        "old",
+        "b",
+    ]
+
+
+def test_as_dict_lists_every_depth_state():
+    JobFactory(state="failed")
+    doc = by_name(queues.queue_stats())["default"].as_dict()
+    assert doc["depth"] == {
+        "scheduled": 0,
+        "available": 0,
+        "running": 0,
+        "waiting_external": 0,
+        "retryable": 0,
+        "failed": 1,
+        "cancelled": 0,
+    }
+    assert doc["lag_seconds"] is None
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (2.345, "2.3s"), (42, "42s"), (192, "3m 12s"), (7500, "2h 5m"), (349200, "4d 1h")],
+)
+def test_format_duration(seconds, text):
+    assert queues.format_duration(seconds) == text
+
+
+# -- the paginator -----------------------------------------------------------------------
+def test_paginator_counts_exactly_up_to_its_limit():
+    JobFactory.create_batch(7)
+    paginator = EstimatedCountPaginator(Job.objects.all(), 5)
+    paginator.exact_limit = 10
+    assert (paginator.count, paginator.is_estimate) == (7, False)
+    assert paginator.num_pages == 2
+
+
+def test_paginator_estimates_beyond_its_limit(django_assert_max_num_queries):
+    JobFactory.create_batch(12)
+    paginator = EstimatedCountPaginator(Job.objects.filter(state="available"), 5)
+    paginator.exact_limit = 10
+    with django_assert_max_num_queries(2):  # the bounded count, then EXPLAIN
+        count = paginator.count
+    assert paginator.is_estimate
+    assert count >= 11  # never below what the bounded count saw

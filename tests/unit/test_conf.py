@@ -1,0 +1,139 @@
+"""Unit tests of settings (`awa_django.conf`): defaults, the QUEUES forms, validation
+errors with their fix in the message, queue-name rules and NOTIFY channel naming."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from awa_django.channels import channel_for, channel_sql
+from awa_django.conf import AwaSettings, QueueConfig, awa_settings, validate_queue_name
+from awa_django.exceptions import InvalidQueueName
+
+
+def settings_from(awa: dict[str, Any]) -> AwaSettings:
+    with override_settings(AWA=awa):
+        return awa_settings()
+
+
+def test_defaults_match_the_design() -> None:
+    s = settings_from({})
+    assert s.queues == {"default": QueueConfig("default", concurrency=10, deadline=300.0)}
+    assert (s.heartbeat_interval, s.heartbeat_staleness) == (30.0, 90.0)
+    assert (s.completed_retention, s.failed_retention) == (24 * 3600.0, 72 * 3600.0)
+    assert s.poll_interval == 0.2
+    assert s.database == "default"
+    assert s.max_args_bytes == 256 * 1024
+
+
+def test_scalar_settings_are_read_by_upper_case_name() -> None:
+    s = settings_from({"HEARTBEAT_INTERVAL": 0.5, "MAX_ARGS_BYTES": 100, "DATABASE": "other"})
+    assert (s.heartbeat_interval, s.max_args_bytes, s.database) == (0.5, 100, "other")
+
+
+def test_settings_are_re_read_on_every_call() -> None:
+    with override_settings(AWA={"POLL_INTERVAL": 1.5}):
+        assert awa_settings().poll_interval == 1.5
+    with override_settings(AWA={"POLL_INTERVAL": 2.5}):
+        assert awa_settings().poll_interval == 2.5
+
+
+def test_unknown_setting_names_the_known_ones() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"Unknown AWA setting\(s\): HEARTBEET") as e:
+        settings_from({"HEARTBEET": 1})
+    assert "HEARTBEAT_INTERVAL" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (["a", "b"], {"a": QueueConfig("a"), "b": QueueConfig("b")}),
+        ({"a": 3}, {"a": QueueConfig("a", concurrency=3)}),
+        ({"a": None}, {"a": QueueConfig("a")}),
+        ({"a": {"concurrency": 2, "deadline": 0}}, {"a": QueueConfig("a", 2, 0)}),
+    ],
+)
+def test_queues_forms(raw: Any, expected: dict[str, QueueConfig]) -> None:
+    assert settings_from({"QUEUES": raw}).queues == expected
+
+
+@pytest.mark.parametrize("raw", [{}, [], "default", 5])
+def test_queues_must_be_a_non_empty_mapping(raw: Any) -> None:
+    with pytest.raises(ImproperlyConfigured, match="must be a non-empty dict"):
+        settings_from({"QUEUES": raw})
+
+
+def test_queue_option_typo_lists_allowed_keys() -> None:
+    with pytest.raises(ImproperlyConfigured, match="allowed keys are concurrency and deadline"):
+        settings_from({"QUEUES": {"a": {"concurency": 2}}})
+
+
+@pytest.mark.parametrize("options", [{"concurrency": 0}, {"deadline": -1}])
+def test_queue_limits_are_checked(options: dict[str, Any]) -> None:
+    with pytest.raises(ImproperlyConfigured, match="concurrency must be >= 1"):
+        settings_from({"QUEUES": {"a": options}})
+
+
+def test_bad_queue_name_in_settings_is_rejected() -> None:
+    with pytest.raises(InvalidQueueName):
+        settings_from({"QUEUES": {"bad name": 1}})
+
+
+def test_unconfigured_queue_gets_defaults() -> None:
+    assert settings_from({}).queue("elsewhere") == QueueConfig("elsewhere")
+
+
+def test_with_overrides_ignores_none() -> None:
+    s = settings_from({}).with_overrides(poll_interval=0.05, heartbeat_interval=None)
+    assert (s.poll_interval, s.heartbeat_interval) == (0.05, 30.0)
+
+
+# -- queue names --------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["default", "a", "x" * 200, "Email.v2:high-prio_1"])
+def test_valid_queue_names(name: str) -> None:
+    assert validate_queue_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "x" * 201, "has space", "semi;colon", "quote'", "ünïcode", "tab\t", "new\nline"],
+)
+def test_invalid_queue_names(name: str) -> None:
+    with pytest.raises(InvalidQueueName, match="invalid queue name"):
+        validate_queue_name(name)
+
+
+def test_a_trailing_newline_is_not_a_valid_queue_name() -> None:
+    # `$` matches before a final "\n"; the rule must hold for the whole string.
+    with pytest.raises(InvalidQueueName):
+        validate_queue_name("default\n")
+
+
+@pytest.mark.parametrize("name", [None, 5, b"default", ["default"]])
+def test_non_string_queue_names(name: Any) -> None:
+    with pytest.raises(InvalidQueueName):
+        validate_queue_name(name)
+
+
+# -- channels -----------------------------------------------------------------------------
+def test_short_queue_channel_is_readable() -> None:
+    assert channel_for("email") == "awa:email"
+
+
+def test_channel_of_the_longest_plain_name_fits_exactly() -> None:
+    name = "q" * 59  # "awa:" + 59 = 63 bytes
+    assert channel_for(name) == "awa:" + name
+
+
+@pytest.mark.parametrize("name", ["q" * 60, "q" * 200])
+def test_long_queue_channel_is_hashed_within_63_bytes(name: str) -> None:
+    channel = channel_for(name)
+    assert channel.startswith("awa:") and len(channel.encode()) <= 63
+    assert channel != channel_for(name[:-1] + "r")  # distinct queues, distinct channels
+
+
+def test_channel_sql_mentions_the_same_limit() -> None:
+    assert "63" in channel_sql("queue") and "md5(queue)" in channel_sql("queue")

@@ -1,0 +1,225 @@
+"""Unit tests of `awa_django.worker.outcomes`: what each handler result maps to (DESIGN §5),
+the error text of an exception, and the event a committed transition announces."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from awa_django.events import Cancelled, Exhausted, Retried, WaitingForCallback
+from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
+from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_django.snapshot import JobRow
+from awa_django.worker import outcomes
+from awa_django.worker.outcomes import Transition, contract_violation, describe, event_for, plan
+
+NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+
+
+def make_row(**changes: Any) -> JobRow:
+    row = JobRow(
+        id=11,
+        kind="core_unit",
+        queue="default",
+        args={"n": 1},
+        state="running",
+        priority=2,
+        attempt=1,
+        max_attempts=3,
+        run_at=NOW,
+        created_at=NOW,
+        attempted_at=NOW,
+        finalized_at=None,
+        run_lease=4,
+        errors=[],
+        metadata={},
+        tags=[],
+        progress=None,
+        callback_id=None,
+        callback_timeout_at=None,
+        result=None,
+        attempted_by=["w"],
+    )
+    return replace(row, **changes)
+
+
+class CoreUnitBoom(Exception):
+    pass
+
+
+def raised(error: BaseException) -> BaseException:
+    """`error` with a real traceback attached, as a handler would produce it."""
+    try:
+        raise error
+    except BaseException as exc:
+        return exc
+
+
+# -- plan ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("result", [None, "ignored", 42, {"a": 1}])
+def test_plain_return_values_complete_through_the_completer(result: Any) -> None:
+    assert plan(make_row(), result=result) is None
+
+
+def test_retry_after_is_retryable_with_a_delay_and_no_error() -> None:
+    t = plan(make_row(attempt=1, max_attempts=3), result=RetryAfter(7.5))
+    assert t == Transition("retryable", Retried, run_at_mode="delay", delay_seconds=7.5)
+    assert t.error is None and t.finalize
+
+
+def test_retry_after_on_the_last_attempt_exhausts_with_the_catalogue_message() -> None:
+    t = plan(make_row(attempt=3, max_attempts=3), result=RetryAfter(5))
+    assert t is not None
+    assert (t.state, t.event) == ("failed", Exhausted)
+    assert t.error == "max_attempts exhausted (handler requested retry after 5s)"
+    assert not t.terminal
+
+
+def test_snooze_refunds_the_attempt_and_keeps_finalized_at() -> None:
+    t = plan(make_row(), result=Snooze(30))
+    assert t == Transition(
+        "scheduled",
+        None,
+        run_at_mode="delay",
+        delay_seconds=30,
+        attempt_refund=1,
+        finalize=False,
+    )
+
+
+def test_snooze_on_the_last_attempt_does_not_exhaust() -> None:
+    t = plan(make_row(attempt=3, max_attempts=3), result=Snooze(1))
+    assert t is not None and t.state == "scheduled"
+
+
+def test_cancel_is_cancelled_with_the_reason_in_the_error() -> None:
+    t = plan(make_row(), result=Cancel("customer left"))
+    assert t is not None
+    assert (t.state, t.event, t.reason) == ("cancelled", Cancelled, "customer left")
+    assert t.error == "cancelled: customer left"
+
+
+def test_cancel_default_reason() -> None:
+    t = plan(make_row(), result=Cancel())
+    assert t is not None and t.error == "cancelled: cancelled by handler"
+
+
+def test_wait_for_callback_parks_with_the_token_as_guard() -> None:
+    token = CallbackToken(id=uuid.uuid4(), timeout_at=NOW)
+    t = plan(make_row(), result=WaitForCallback(token))
+    assert t is not None
+    assert (t.state, t.event, t.callback_id) == ("waiting_external", WaitingForCallback, token.id)
+    assert not t.finalize and t.error is None
+
+
+def test_an_exception_is_retryable_with_backoff() -> None:
+    t = plan(make_row(attempt=1, max_attempts=3), error=raised(CoreUnitBoom("boom")))
+    assert t is not None
+    assert (t.state, t.event, t.run_at_mode, t.terminal) == ("retryable", Retried, "backoff", False)
+    assert t.error is not None and t.error.startswith(f"{__name__}.CoreUnitBoom: boom\n")
+
+
+@pytest.mark.parametrize(("attempt", "state"), [(2, "retryable"), (3, "failed"), (4, "failed")])
+def test_exhaustion_is_attempt_at_least_max_attempts(attempt: int, state: str) -> None:
+    t = plan(make_row(attempt=attempt, max_attempts=3), error=raised(ValueError("x")))
+    assert t is not None and t.state == state
+    assert not t.terminal  # exhaustion is not a terminal error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TerminalError("card declined"), UnknownJobKind("unknown job kind: x"), InvalidJobArgs("bad")],
+)
+def test_terminal_causes_fail_at_once(error: Exception) -> None:
+    t = plan(make_row(attempt=1, max_attempts=25), error=raised(error))
+    assert t is not None
+    assert (t.state, t.event, t.terminal) == ("failed", Exhausted, True)
+
+
+def test_subclass_of_terminal_error_is_terminal() -> None:
+    class CoreUnitDeclined(TerminalError):
+        pass
+
+    t = plan(make_row(), error=raised(CoreUnitDeclined("no")))
+    assert t is not None and t.terminal
+
+
+def test_contract_violation_message() -> None:
+    t = contract_violation()
+    assert (t.state, t.event, t.terminal) == ("failed", Exhausted, True)
+    assert t.error == "WaitForCallback returned without calling register_callback"
+
+
+# -- describe -----------------------------------------------------------------------------
+def test_describe_builtin_has_no_module_prefix() -> None:
+    text = describe(raised(ValueError("bad value")))
+    head, _, trace = text.partition("\n")
+    assert head == "ValueError: bad value"
+    assert "Traceback" in trace and "ValueError: bad value" in trace
+
+
+def test_describe_our_own_errors_is_just_the_message() -> None:
+    assert describe(raised(UnknownJobKind("unknown job kind: foo"))) == "unknown job kind: foo"
+    assert describe(raised(InvalidJobArgs("args do not fit X: y"))) == "args do not fit X: y"
+
+
+def test_describe_trims_a_long_traceback() -> None:
+    def recurse(n: int) -> None:
+        if n == 0:
+            raise CoreUnitBoom("deep")
+        recurse(n - 1)
+
+    try:
+        recurse(30)
+    except CoreUnitBoom as exc:
+        text = describe(exc)
+    lines = text.splitlines()
+    assert lines[0] == f"{__name__}.CoreUnitBoom: deep"
+    assert lines[1].startswith("... (") and "truncated, full trace in logs)" in lines[1]
+    assert len(lines) == 1 + 1 + outcomes.TRACEBACK_LINES
+    assert lines[-1].endswith("CoreUnitBoom: deep")
+
+
+def test_describe_keeps_a_short_traceback_whole() -> None:
+    text = describe(raised(KeyError("k")))
+    assert "truncated" not in text
+
+
+# -- params and events --------------------------------------------------------------------
+def test_params_carry_the_guard_and_every_statement_parameter() -> None:
+    row = make_row(id=5, run_lease=9)
+    params = plan(row, result=Snooze(2)).params(row, '{"percent": 50.0}')  # type: ignore[union-attr]
+    assert params == {
+        "state": "scheduled",
+        "run_at_mode": "delay",
+        "delay_seconds": 2,
+        "attempt_refund": 1,
+        "finalize": False,
+        "error": None,
+        "terminal": False,
+        "callback_id": None,
+        "id": 5,
+        "run_lease": 9,
+        "progress": '{"percent": 50.0}',
+    }
+
+
+def test_event_for_retried_carries_attempt_error_and_next_run_at() -> None:
+    t = plan(make_row(), error=raised(ValueError("x")))
+    committed = make_row(state="retryable", run_at=NOW + dt.timedelta(seconds=2))
+    event = event_for(t, committed)  # type: ignore[arg-type]
+    assert isinstance(event, Retried)
+    assert (event.job, event.attempt, event.next_run_at) == (committed, 1, committed.run_at)
+    assert event.error.startswith("ValueError: x")
+
+
+def test_event_for_exhausted_and_cancelled() -> None:
+    exhausted = event_for(contract_violation(), make_row(state="failed", attempt=2))
+    assert isinstance(exhausted, Exhausted) and exhausted.attempt == 2
+    assert exhausted.error == "WaitForCallback returned without calling register_callback"
+    cancelled = event_for(plan(make_row(), result=Cancel("r")), make_row(state="cancelled"))  # type: ignore[arg-type]
+    assert isinstance(cancelled, Cancelled) and cancelled.reason == "r"
