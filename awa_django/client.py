@@ -194,6 +194,9 @@ class Client:
         ids = sorted(set(job_ids))
         with transaction.atomic(using=self.using):
             rows = storage.fetch_jobs(self.using, admin_sql.job_cancel_many, {"ids": ids})
+            if rows:
+                cancelled = {"ids": [r.id for r in rows]}
+                storage.fetch_rows(self.using, callbacks_sql.lease_delete_for_jobs, cancelled)
             self._on_commit([Cancelled(job=r, reason="cancelled by operator") for r in rows])
         return rows
 

@@ -7,6 +7,7 @@ They are declared for the "default" TASKS alias; tests swap that alias's backend
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from django.tasks import TaskContext, task
@@ -66,16 +67,22 @@ def enqueue_add(a: int, b: int) -> str:
     return add.enqueue(a, b).id
 
 
+def awa_task(**options: Any) -> Callable[[Callable[..., Any]], AwaTask]:
+    """`@task(max_attempts=...)` needs an AwaBackend configured when this module is
+    imported; the test settings may use another backend then, so build the AwaTask here."""
+
+    def declare(func: Callable[..., Any]) -> AwaTask:
+        return AwaTask(func=func, **options)
+
+    return declare
+
+
+@awa_task(takes_context=True, max_attempts=2)
 def flaky(context: TaskContext) -> int:
     """Fails on its first attempt, succeeds on the second."""
     if context.attempt < 2:
         raise ConnectionError(f"attempt {context.attempt} failed")
     return context.attempt
-
-
-# `@task(max_attempts=2)` needs an AwaBackend to be configured when this module is imported;
-# the test settings may use another backend then, so the AwaTask is built directly.
-flaky = AwaTask(func=flaky, takes_context=True, max_attempts=2)  # type: ignore[assignment]
 
 
 RUN_ORDER: list[str] = []

@@ -73,7 +73,7 @@ def _worker_row(worker: WorkerInstance) -> dict[str, Any]:
 def _queue_names(raw: object) -> str:
     """'default=10, email=4' from the runtime's {queue: concurrency} map."""
     if isinstance(raw, dict):
-        return ", ".join(f"{q}={n}" for q, n in raw.items())
+        return ", ".join(f"{q}={n}" for q, n in sorted(raw.items()))
     if isinstance(raw, list):
         return ", ".join(map(str, raw))
     return str(raw or "")

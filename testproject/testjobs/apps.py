@@ -15,7 +15,8 @@ class TestJobsConfig(AppConfig):
         import awa_django
 
         awa_django.on_event_kind("acc_sleep", record_hook)
-        awa_django.on_event_kind("acc_block", record_hook)
+        for kind in ("acc_block", "acc_park", "acc_wait_in_place", "acc_async_wait_in_place"):
+            awa_django.on_event_kind(kind, record_hook)
 
 
 def record_hook(event: object) -> None:

@@ -56,3 +56,71 @@ def acc_sleep(job: Job[AccSleep]) -> None:
 def acc_block(job: Job[AccBlock]) -> None:
     record(job)
     time.sleep(job.args.seconds)
+
+
+@dataclass
+class PerfNoop:
+    n: int = 0
+
+
+@awa_django.job(PerfNoop, queue="perf")
+def perf_noop(job: Job[PerfNoop]) -> None:
+    """A sync no-op, for quick throughput checks."""
+
+
+@dataclass
+class PerfAsyncNoop:
+    n: int = 0
+
+
+@awa_django.job(PerfAsyncNoop, queue="perf")
+async def perf_async_noop(job: Job[PerfAsyncNoop]) -> None:
+    """An async no-op, for quick throughput checks."""
+
+
+@dataclass
+class AccPark:
+    """Registers a callback and parks; with `hold`, first waits until something outside
+    resolves the callback while the job is still running (the early-resolution race)."""
+
+    hold: bool = False
+
+
+@awa_django.job(AccPark, queue="acc")
+def acc_park(job: Job[AccPark]) -> awa_django.WaitForCallback:
+    record(job)
+    token = job.register_callback(timeout=600)
+    if job.args.hold:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _state(job.id) == "running":
+            time.sleep(0.02)
+    return awa_django.WaitForCallback(token)
+
+
+@dataclass
+class AccWaitInPlace:
+    pass
+
+
+@awa_django.job(AccWaitInPlace, queue="acc")
+def acc_wait_in_place(job: Job[AccWaitInPlace]) -> None:
+    record(job)
+    token = job.register_callback(timeout=600)
+    job.result = {"payload": job.wait_for_callback(token)}
+
+
+@dataclass
+class AccAsyncWaitInPlace:
+    pass
+
+
+@awa_django.job(AccAsyncWaitInPlace, queue="acc")
+async def acc_async_wait_in_place(job: Job[AccAsyncWaitInPlace]) -> None:
+    token = await job.aregister_callback(timeout=600)
+    job.result = {"payload": await job.await_for_callback(token)}
+
+
+def _state(job_id: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT state FROM awa_jobs_hot WHERE id = %s", [job_id])
+        return cursor.fetchone()[0]

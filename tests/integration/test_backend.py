@@ -124,7 +124,7 @@ def test_unknown_result_id_raises_does_not_exist(backend: AwaBackend, result_id:
 
 @pytest.mark.django_db
 def test_a_job_that_is_not_a_task_is_not_a_result(backend: AwaBackend) -> None:
-    job = JobFactory(kind="send_receipt")
+    job: Any = JobFactory(kind="send_receipt")
 
     with pytest.raises(TaskResultDoesNotExist, match="not a django task"):
         backend.get_result(str(job.id))
@@ -419,7 +419,7 @@ def test_backend_max_attempts_option_applies(settings: Any) -> None:
     ],
 )
 def test_status_maps_every_job_state(backend: AwaBackend, state: str, status: str) -> None:
-    job = JobFactory(
+    job: Any = JobFactory(
         kind="tests.tasks_for_tests.add",
         args={"args": [1, 2], "kwargs": {}},
         state=state,

@@ -173,7 +173,7 @@ def park(conn, job: Job) -> list[tuple]:
     params = {
         "id": job.id, "run_lease": job.run_lease, "state": "waiting_external",
         "run_at_mode": "keep", "delay_seconds": 0, "attempt_refund": 0, "finalize": False,
-        "error": None, "terminal": False, "progress": None, "require_callback": True,
+        "error": None, "terminal": False, "progress": None, "callback_id": job.callback_id,
     }  # fmt: skip
     return conn.execute(jobs_sql.job_set_state_if_running.sql, params).fetchall()
 

@@ -151,7 +151,14 @@ def test_as_dict_lists_every_depth_state():
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "-"), (2.345, "2.3s"), (42, "42s"), (192, "3m 12s"), (7500, "2h 5m"), (349200, "4d 1h")],
+    [
+        (None, "-"),
+        (2.345, "2.3s"),
+        (42, "42s"),
+        (192, "3m 12s"),
+        (7500, "2h 5m"),
+        (349200, "4d 1h"),
+    ],
 )
 def test_format_duration(seconds, text):
     assert queues.format_duration(seconds) == text

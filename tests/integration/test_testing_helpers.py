@@ -223,6 +223,7 @@ def test_capture_events_records_the_lifecycle_in_order() -> None:
         ("Completed", ok.id),
     ]
     [exhausted] = events.of_type(Exhausted)
+    assert isinstance(exhausted, Exhausted)
     assert exhausted.job.id == bad.id and "refusing to charge 0 cents" in exhausted.error
     assert events.names().count("Started") == 2 and len(events) == 4
     assert all(isinstance(e, Started | Completed | Exhausted) for e in events)
@@ -257,3 +258,16 @@ def test_capture_events_removes_its_hook_and_keeps_others(clean_hooks: Any) -> N
     Client().enqueue(SendReceipt(order_id=1))
     drain()
     assert len(events) == 0
+
+
+@pytest.mark.django_db
+def test_capture_events_sees_client_cancel_on_commit(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    job = awa_django.enqueue(SendReceipt(order_id=1))
+
+    with capture_events() as events, django_capture_on_commit_callbacks(execute=True):
+        Client().cancel(job.id)
+
+    assert events.names() == ["Cancelled"]
+    assert events.events[0].job.state == "cancelled"

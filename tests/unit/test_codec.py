@@ -175,4 +175,3 @@ def test_decode_error_message_is_bounded() -> None:
     with pytest.raises(InvalidJobArgs) as caught:
         decode_args(CoreCodecArgs, huge)
     assert len(str(caught.value)) < 400
-

@@ -1,0 +1,156 @@
+"""`manage.py awa_status`: the table, `--json`, and the message for an unmigrated database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import uuid
+from io import StringIO
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+
+from awa_django.models import WorkerInstance
+from awa_django.queues import pause_queue
+from tests.factories import JobFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def status(*args: str) -> str:
+    out = StringIO()
+    call_command("awa_status", *args, stdout=out)
+    return out.getvalue()
+
+
+def seed() -> None:
+    JobFactory.create_batch(3, queue="email", state="available", run_at=timezone.now())
+    JobFactory(queue="email", state="running")
+    JobFactory.create_batch(2, queue="default", state="failed")
+    JobFactory(queue="email", state="completed", finalized_at=timezone.now())
+    pause_queue("email", by="ops")
+    WorkerInstance.objects.create(
+        worker_id="w-1", hostname="box", pid=77, queues={"email": 4}, leader=True
+    )
+
+
+@pytest.mark.django_db
+def test_table_shows_each_queue_with_its_figures():
+    seed()
+    lines = status().splitlines()
+    header = lines[0].split()
+    rows = {line.split()[0]: line.split() for line in lines[1:3]}
+
+    assert header[:9] == [
+        "queue",
+        "scheduled",
+        "available",
+        "running",
+        "waiting",
+        "retryable",
+        "failed",
+        "cancelled",
+        "done/1m",
+    ]
+    email = dict(zip(header, rows["email"], strict=False))
+    assert (email["available"], email["running"], email["done/1m"], email["done/5m"]) == (
+        "3",
+        "1",
+        "1",
+        "1",
+    )
+    assert rows["email"][-3:] == ["paused", "by", "ops"]
+    assert dict(zip(header, rows["default"], strict=False))["failed"] == "2"
+    assert "box:77 leader" in "\n".join(lines)
+
+
+@pytest.mark.django_db
+def test_json_is_one_document_for_scripts():
+    seed()
+    doc = json.loads(status("--json", "--window", "10"))
+
+    queues = {q["queue"]: q for q in doc["queues"]}
+    assert doc["window_minutes"] == 10
+    assert queues["email"]["depth"]["available"] == 3
+    assert queues["email"]["running"] == 1
+    assert queues["email"]["completed_in_window"] == 1
+    assert queues["email"]["paused"] is True and queues["email"]["paused_by"] == "ops"
+    assert 0 <= queues["email"]["lag_seconds"] < 60
+    assert queues["default"]["depth"]["failed"] == 2
+    assert [w["hostname"] for w in doc["workers"]] == ["box"]
+    assert doc["workers"][0]["queues"] == {"email": 4}
+
+
+@pytest.mark.django_db
+def test_no_workers_and_no_jobs_still_prints_the_configured_queues():
+    WorkerInstance.objects.create(
+        worker_id="gone",
+        hostname="old",
+        pid=1,
+        last_seen_at=timezone.now() - dt.timedelta(hours=2),
+    )
+    text = status()
+    assert text.splitlines()[1].split()[0] == "default"
+    assert "No live workers" in text
+
+
+@pytest.mark.django_db
+def test_a_bad_window_is_a_command_error():
+    with pytest.raises(CommandError, match="--window"):
+        status("--window", "0")
+
+
+@pytest.mark.django_db
+def test_missing_tables_say_to_run_migrate():
+    # The rename is undone with the test's transaction.
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE awa_jobs_hot RENAME TO awa_jobs_hot_hidden")
+    with pytest.raises(CommandError, match=r"run `python manage.py migrate`"):
+        status()
+
+
+@pytest.fixture
+def empty_database():
+    """The URL of a freshly created database with no tables, dropped afterwards."""
+    db = connection.settings_dict
+    server = {
+        "host": db["HOST"] or "localhost",
+        "port": db["PORT"] or 5432,
+        "user": db["USER"] or None,
+        "password": db["PASSWORD"] or None,
+    }
+    name = f"awa_admin_empty_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(**server, dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    credentials = quote(db["USER"] or "", safe="")
+    if db["PASSWORD"]:
+        credentials += ":" + quote(db["PASSWORD"], safe="")
+    try:
+        yield f"postgres://{credentials}@{server['host']}:{server['port']}/{name}"
+    finally:
+        with psycopg.connect(**server, dbname="postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.django_db
+def test_unmigrated_database_exits_non_zero_with_advice_and_no_traceback(empty_database):
+    env = {**os.environ, "DATABASE_URL": empty_database}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "awa_status"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "run `python manage.py migrate`" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
