@@ -8,27 +8,29 @@
 #   make db-start / db-stop / db-status   keep the embedded PostgreSQL running by hand
 
 VENV ?= .venv
-PYTHON := $(VENV)/bin/python
-PGENV := $(PYTHON) devtools/pgenv.py
+VPY := $(VENV)/bin/python
+PGENV := $(VPY) devtools/pgenv.py
+# PYTHON=/path/to/python3.12 picks the interpreter that creates $(VENV).
+PYTHON ?=
 # Extra pytest arguments, e.g. make test PYTEST_ARGS="tests/unit -x"
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test admin worker db-start db-stop db-status clean-db
 
 venv:
-	@VENV=$(VENV) bash devtools/bootstrap.sh
+	@VENV="$(VENV)" PYTHON="$(PYTHON)" bash devtools/bootstrap.sh
 
 demo: venv
-	$(PGENV) -- sh -c '$(PYTHON) manage.py migrate --no-input -v 0 && $(PYTHON) manage.py awa_demo'
+	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && $(VPY) manage.py awa_demo'
 
 test: venv
-	$(PGENV) -- $(PYTHON) devtools/check.py $(PYTEST_ARGS)
+	$(PGENV) -- $(VPY) devtools/check.py $(PYTEST_ARGS)
 
 admin: venv
-	$(PGENV) -- sh -c '$(PYTHON) manage.py migrate --no-input -v 0 && $(PYTHON) manage.py runserver 127.0.0.1:8000'
+	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && $(VPY) manage.py runserver 127.0.0.1:8000'
 
 worker: venv
-	$(PGENV) -- sh -c '$(PYTHON) manage.py migrate --no-input -v 0 && $(PYTHON) manage.py awa_worker'
+	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && $(VPY) manage.py awa_worker'
 
 db-start: venv
 	$(PGENV) --start

@@ -36,37 +36,35 @@ __all__ = [
 
 # States of a job that is still waiting to run: what "enqueued" means here.
 WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
-MAX_DRAIN_ATTEMPTS = 10_000
+DRAIN_LIMIT = 10_000
 _PROMOTE_BATCH = 1000
 _LISTED = 20
 
 
 # -- drain --------------------------------------------------------------------------------
-def drain(
-    queue: str | None = None, *, using: str = "default", max_attempts: int = MAX_DRAIN_ATTEMPTS
-) -> int:
+def drain(queue: str | None = None, *, using: str = "default", limit: int = DRAIN_LIMIT) -> int:
     """Run every job that is due, inline in the calling thread, until none is left; return
     how many attempts ran.
 
     Due means available now, or scheduled/retryable with a `run_at` already past (drain
     promotes those first, as the worker's leader would). Jobs a handler enqueues are run
-    too. A job due in the future is left alone. Raises AssertionError after
-    `max_attempts` attempts: something keeps re-enqueueing or snoozing with no delay.
+    too. A job due in the future is left alone. Raises AssertionError once more than
+    `limit` attempts would run: something keeps re-enqueueing or snoozing with no delay.
     """
     from .worker.inline import run_available  # the runtime is imported only when used
 
     total = 0
     while True:
         _promote_due(using)
-        ran = run_available(queue, using=using)
+        ran = run_available(queue, using=using, limit=limit + 1 - total)
         total += ran
-        if ran == 0:
-            return total
-        if total >= max_attempts:
+        if total > limit:
             raise AssertionError(
-                f"drain() ran {total} attempts and jobs keep becoming due: does a handler "
+                f"drain() ran {limit} attempts and jobs keep becoming due: does a handler "
                 "snooze or retry with no delay, or enqueue jobs without end?"
             )
+        if ran == 0:
+            return total
 
 
 def _promote_due(using: str) -> None:

@@ -100,12 +100,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_scenario(name: str, scenario: Any, options: Any, runs: int) -> list[dict[str, Any]]:
+    from . import database
+
     results: list[dict[str, Any]] = []
     for run in range(1, runs + 1):
         print(f"[bench] {name} run {run}/{runs}", file=sys.stderr, flush=True)
-        load = round(os.getloadavg()[0], 2)  # other work on the machine skews the figures
+        # Other work on the machine, or an old transaction anywhere in the cluster, skews
+        # the figures: record both so such runs can be told apart.
+        load, horizon = round(os.getloadavg()[0], 2), database.horizon_age()
         try:
-            line = {"scenario": name, "run": run, **scenario(options), "loadavg_1m": load}
+            figures = scenario(options)
+            horizon = max(horizon, database.horizon_age())
+            line = {"scenario": name, "run": run, **figures}
+            line.update(loadavg_1m=load, oldest_other_xact_s=horizon)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             emit({"scenario": name, "run": run, "error": f"{type(exc).__name__}: {exc}"})

@@ -124,6 +124,21 @@ def handler_start_times(ids: list[int]) -> dict[int, float]:
         return {int(i): float(r) for i, r in cursor.fetchall() if r is not None}
 
 
+def horizon_age() -> float:
+    """Seconds the oldest other transaction in the cluster has been open (0 if none).
+
+    Any open transaction, in any database of the cluster, keeps the rows our claims just
+    superseded from being recognised as dead, so every claim re-reads them: a run taken
+    while one is open is slower and not comparable."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(extract(epoch FROM max(now() - xact_start)), 0)"
+            " FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)"
+        )
+        return round(float(cursor.fetchone()[0]), 1)
+
+
 def wait_until(condition: Any, timeout: float, interval: float, what: str) -> float:
     """Poll `condition()` until true; returns time.time() when seen. Raises on timeout."""
     deadline = time.monotonic() + timeout

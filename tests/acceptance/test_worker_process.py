@@ -181,3 +181,14 @@ def test_second_signal_exits_at_once_and_leaves_the_attempt_to_rescue(start_work
     wait_until(
         lambda: Job.objects.get(id=job.id).run_lease == 2, timeout=20, what="rescue and re-claim"
     )
+
+
+def test_processes_flag_runs_several_workers_under_one_supervisor(start_worker):
+    with transaction.atomic():
+        awa_django.enqueue_many([AccNoop(i) for i in range(200)])
+    supervisor = start_worker("--queue", "acc=4", "--processes", "2")
+    wait_until(lambda: WorkerInstance.objects.count() == 2, what="two worker processes")
+    wait_until(lambda: not Job.objects.exclude(state="completed").exists(), what="drain")
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+    assert not WorkerInstance.objects.exists()  # both children drained and deregistered

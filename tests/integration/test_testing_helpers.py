@@ -41,6 +41,18 @@ def snooze_forever(job: Job[SnoozeForever]) -> Snooze:
 
 
 @dataclass
+class EnqueueForever:
+    """A job that enqueues its successor, available at once."""
+
+    __awa_kind__ = "testing_helpers_enqueue_forever"
+
+
+@awa_django.job(EnqueueForever)
+def enqueue_forever(job: Job[EnqueueForever]) -> None:
+    awa_django.enqueue(EnqueueForever())
+
+
+@dataclass
 class FanOut:
     """Enqueues `count` receipts: jobs that handlers enqueue must be drained too."""
 
@@ -109,11 +121,20 @@ def test_drain_leaves_a_retry_waiting_for_its_backoff(settings: Any) -> None:
 
 
 @pytest.mark.django_db
-def test_drain_gives_up_on_jobs_that_never_finish() -> None:
-    Client().enqueue(SnoozeForever())
+@pytest.mark.parametrize("endless", [SnoozeForever(), EnqueueForever()], ids=["snooze", "enqueue"])
+def test_drain_gives_up_on_jobs_that_never_finish(endless: Any) -> None:
+    Client().enqueue(endless)
 
     with pytest.raises(AssertionError, match="ran 5 attempts and jobs keep becoming due"):
-        drain(max_attempts=5)
+        drain(limit=5)
+    assert JobModel.objects.filter(state="completed").count() <= 5
+
+
+@pytest.mark.django_db
+def test_drain_limit_is_not_hit_by_exactly_that_many_attempts() -> None:
+    Client().enqueue(FanOut(count=4))
+
+    assert drain(limit=5) == 5
 
 
 # -- assert_enqueued / assert_not_enqueued --------------------------------------------------------

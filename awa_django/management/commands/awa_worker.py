@@ -89,7 +89,7 @@ class Command(BaseCommand):
             raise SystemExit(Supervisor(options["processes"], self._child_args()).run())
         if not logging.getLogger("awa_django").handlers and not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        registry.mark_started() if hasattr(registry, "mark_started") else None
+        registry.mark_started()
         raise SystemExit(run_worker(settings, queues, options["worker_id"]))
 
     def _queues(
