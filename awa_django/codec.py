@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from typing import Any
@@ -51,19 +52,25 @@ def decode_args(args_type: type | None, raw: Any) -> Any:
     name = args_type.__name__
     if not isinstance(raw, dict):
         raise InvalidJobArgs(f"args do not fit {name}: expected a JSON object, got {raw!r:.200}")
-    try:
-        hints = typing.get_type_hints(args_type)
-    except Exception:  # unresolvable annotations: fall back to the constructor's checks
-        hints = {}
-    for field in dataclasses.fields(args_type):
-        if field.name in raw:
-            _check_type(name, field.name, hints.get(field.name), raw[field.name])
+    for field_name, hint in _field_hints(args_type):
+        if field_name in raw:
+            _check_type(name, field_name, hint, raw[field_name])
     try:
         return args_type(**raw)
     except (TypeError, ValueError) as exc:
         # TypeError: missing / unexpected fields; ValueError: the dataclass's own
         # __post_init__ validation. Both are deterministic, so retrying cannot help.
         raise InvalidJobArgs(f"args do not fit {name}: {exc}") from exc
+
+
+@functools.cache
+def _field_hints(args_type: type) -> tuple[tuple[str, Any], ...]:
+    """(field, annotation) pairs of a dataclass, resolved once per class."""
+    try:
+        hints = typing.get_type_hints(args_type)
+    except Exception:  # unresolvable annotations: fall back to the constructor's checks
+        hints = {}
+    return tuple((f.name, hints.get(f.name)) for f in dataclasses.fields(args_type))
 
 
 def _check_type(owner: str, field: str, hint: Any, value: Any) -> None:

@@ -33,7 +33,8 @@ class EstimatedCountPaginator(Paginator):
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return len(queryset)
-        bounded = queryset.order_by()[: self.exact_limit + 1].count()
+        # Only the key in the subquery: annotations and ordering cost nothing to drop.
+        bounded = queryset.order_by().values("pk")[: self.exact_limit + 1].count()
         if bounded <= self.exact_limit:
             return bounded
         self.is_estimate = True

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.db.models import QuerySet
 from django.tasks import Task
 
 from . import storage
@@ -56,15 +57,22 @@ def drain(queue: str | None = None, *, using: str = "default", limit: int = DRAI
     total = 0
     while True:
         _promote_due(using)
-        ran = run_available(queue, using=using, limit=limit + 1 - total)
-        total += ran
-        if total > limit:
-            raise AssertionError(
-                f"drain() ran {limit} attempts and jobs keep becoming due: does a handler "
-                "snooze or retry with no delay, or enqueue jobs without end?"
-            )
+        if total >= limit:
+            if _available(queue, using).exists():
+                raise AssertionError(
+                    f"drain() ran {total} attempts and jobs keep becoming due: does a "
+                    "handler snooze or retry with no delay, or enqueue jobs without end?"
+                )
+            return total
+        ran = run_available(queue, using=using, limit=limit - total)
         if ran == 0:
             return total
+        total += ran
+
+
+def _available(queue: str | None, using: str) -> QuerySet[Job]:
+    jobs = Job.objects.using(using).filter(state=JobState.AVAILABLE)
+    return jobs if queue is None else jobs.filter(queue=queue)
 
 
 def _promote_due(using: str) -> None:

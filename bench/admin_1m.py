@@ -37,7 +37,8 @@ SELECT CASE WHEN g %% 10007 = 0 THEN 'rare_kind' ELSE 'kind_' || (g %% 20) END,
                           'note', repeat('x', 80)),
        s.state, 2, 1, 25, now() - (g %% 259200) * interval '1 second',
        now() - (g %% 259200) * interval '1 second', now(),
-       CASE WHEN s.state IN ('completed', 'failed', 'cancelled') THEN now() END, 1,
+       CASE WHEN s.state IN ('completed', 'failed', 'cancelled')
+            THEN now() - (g %% 259200) * interval '1 second' + interval '2 seconds' END, 1,
        CASE WHEN s.state = 'failed' THEN jsonb_build_array(
            jsonb_build_object('error', 'ConnectionError: upstream timed out', 'attempt', 1,
                               'at', now()),
@@ -115,15 +116,22 @@ def time_page(client: Any, label: str, url: str, runs: int) -> list[dict[str, An
 
 
 def explain(label: str, captured: list[dict[str, Any]]) -> None:
-    from django.db import connection
 
     rows_query = next(
-        q["sql"] for q in captured if "LIMIT" in q["sql"] and "awa_jobs_hot" in q["sql"]
+        q["sql"]
+        for q in captured
+        if "ORDER BY" in q["sql"] and "COUNT(" not in q["sql"] and "awa_jobs_hot" in q["sql"]
     )
+    explain_one(label, rows_query)
+
+
+def explain_one(label: str, sql: str) -> None:
+    from django.db import connection
+
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + rows_query)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql)
         plan = "\n".join(r[0] for r in cursor.fetchall())
-    print(f"\n-- {label}\n{rows_query}\n{plan}\n", file=sys.stderr, flush=True)
+    print(f"\n-- {label}\n{sql}\n{plan}\n", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -178,9 +186,16 @@ def main() -> None:
         if options.explain and label not in ("detail", "dashboard"):
             explain(label, captured)
 
-    started = time.perf_counter()
-    queues.queue_stats()
-    emit(step="queue_stats", ms=round((time.perf_counter() - started) * 1000, 1))
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as stats_queries:
+        started = time.perf_counter()
+        queues.queue_stats()
+        emit(step="queue_stats", ms=round((time.perf_counter() - started) * 1000, 1))
+    if options.explain:
+        for query in stats_queries.captured_queries:
+            explain_one("queue_stats", query["sql"])
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from awa_django import Client
 from awa_django.backends import (
     TASK_METADATA_KEY,
     AwaBackend,
+    AwaTask,
     awa_priority,
     exception_path,
     resolve,
@@ -402,6 +403,17 @@ def test_backend_max_attempts_option_applies(settings: Any) -> None:
 
     assert job_of(t.add.enqueue(1, 1)).max_attempts == 3
     assert job_of(t.flaky.enqueue()).max_attempts == 2  # the task's own wins
+
+
+@pytest.mark.django_db
+def test_task_decorator_takes_max_attempts(backend: AwaBackend) -> None:
+    declared = task(max_attempts=3, priority=5)(t.add.func)
+
+    assert isinstance(declared, AwaTask) and declared.max_attempts == 3
+    assert job_of(declared.enqueue(1, 1)).max_attempts == 3
+    for bad in (0, 1001, True, "3"):
+        with pytest.raises(InvalidTask, match="max_attempts must be a whole number"):
+            task(max_attempts=bad)(t.add.func)
 
 
 @pytest.mark.django_db

@@ -1,0 +1,801 @@
+"""Each named statement of `awa_django/sql/{jobs,leases,maintenance,admin,workers}.py` run
+against real PostgreSQL (one test or more per statement, named after it), the lease guard
+on every attempt write, and the plans of the hot statements on a 20,000-row table.
+
+Tests run in one transaction, so `now()` is one instant throughout; rows that must be
+"due" or "stale" are moved into the past explicitly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import factory
+import pytest
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+
+from awa_django import storage
+from awa_django.models import ActiveLease, Job, LeaderLease, QueueState, WorkerInstance
+from awa_django.snapshot import JobRow
+from awa_django.sql import Statement
+from awa_django.sql import admin as admin_sql
+from awa_django.sql import jobs as jobs_sql
+from awa_django.sql import leases as leases_sql
+from awa_django.sql import maintenance as maintenance_sql
+from awa_django.sql import workers as workers_sql
+from awa_django.worker.outcomes import Transition
+from tests.factories import JobFactory as BaseJobFactory
+
+pytestmark = pytest.mark.django_db
+
+Q = "core-sql"
+AGO = dt.timedelta(days=2)
+
+
+class JobFactory(BaseJobFactory):
+    kind = "core_sql"
+    queue = Q
+    # The model's db_default is statement_timestamp(), later than this transaction's now().
+    run_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(minutes=1))
+
+
+def jobs(statement: Statement, **params: Any) -> list[JobRow]:
+    return storage.fetch_jobs("default", statement, params)
+
+
+def rows(statement: Statement, **params: Any) -> list[tuple[Any, ...]]:
+    return storage.fetch_rows("default", statement, params)
+
+
+def claim(
+    queue: str = Q, limit: int = 10, worker: str = "w1", deadline: float = 0.0
+) -> list[JobRow]:
+    return jobs(
+        jobs_sql.job_claim_many,
+        queue=queue,
+        limit=limit,
+        worker_id=worker,
+        deadline_seconds=deadline,
+    )
+
+
+def running(**fields: Any) -> JobRow:
+    """A job claimed by worker w1 (attempt 1, run_lease 1, lease row present)."""
+    job = JobFactory(**fields)
+    (row,) = [r for r in claim(queue=job.queue, limit=1000) if r.id == job.id]
+    return row
+
+
+def set_state(row: JobRow, transition: Transition, progress: str | None = None) -> list[JobRow]:
+    return jobs(jobs_sql.job_set_state_if_running, **transition.params(row, progress))
+
+
+def complete(pairs: list[tuple[int, int]], results: list[str | None] | None = None) -> list[JobRow]:
+    return jobs(
+        jobs_sql.job_complete_many,
+        ids=[i for i, _ in pairs],
+        leases=[lease for _, lease in pairs],
+        results=results or [None] * len(pairs),
+    )
+
+
+def snapshot(job_id: int) -> dict[str, Any]:
+    return Job.objects.filter(id=job_id).values().get()
+
+
+def transaction_now() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+# -- job_insert_one / job_insert_many -------------------------------------------------------
+def test_job_insert_one_returns_the_full_row() -> None:
+    (row,) = jobs(
+        jobs_sql.job_insert_one,
+        kind="core_sql",
+        queue=Q,
+        args='{"a": 1}',
+        state="available",
+        priority=3,
+        max_attempts=4,
+        run_at=None,
+        metadata='{"m": true}',
+        tags=["t1", "t2"],
+        channels=[],
+    )
+    assert (row.kind, row.queue, row.args, row.state, row.priority) == (
+        "core_sql",
+        Q,
+        {"a": 1},
+        "available",
+        3,
+    )
+    assert (row.attempt, row.max_attempts, row.run_lease, row.errors) == (0, 4, 0, [])
+    assert (row.metadata, row.tags, row.attempted_by, row.result) == (
+        {"m": True},
+        ["t1", "t2"],
+        [],
+        None,
+    )
+    assert row.run_at == row.created_at == transaction_now()
+
+
+def test_job_insert_many_keeps_input_order_and_per_row_values() -> None:
+    when = timezone.now() + dt.timedelta(hours=1)
+    ids = [
+        r[0]
+        for r in rows(
+            jobs_sql.job_insert_many,
+            kinds=["k_a", "k_b", "k_c"],
+            queues=[Q, Q, "core-sql-2"],
+            args=['{"n": 0}', '{"n": 1}', '{"n": 2}'],
+            states=["available", "scheduled", "available"],
+            priorities=[1, 2, 4],
+            max_attempts=[1, 2, 3],
+            run_ats=[None, when, None],
+            metadata=["{}", '{"x": 1}', "{}"],
+            tags=["[]", '["a", "b"]', '["c"]'],
+            channels=[],
+        )
+    ]
+    got = [snapshot(i) for i in ids]
+    assert [g["args"]["n"] for g in got] == [0, 1, 2]
+    assert [(g["kind"], g["state"], g["priority"], g["max_attempts"]) for g in got] == [
+        ("k_a", "available", 1, 1),
+        ("k_b", "scheduled", 2, 2),
+        ("k_c", "available", 4, 3),
+    ]
+    assert [g["tags"] for g in got] == [[], ["a", "b"], ["c"]]
+    assert got[1]["run_at"] == when and got[1]["metadata"] == {"x": 1}
+
+
+# -- job_claim_many -----------------------------------------------------------------------
+def test_job_claim_many_bumps_attempt_and_run_lease_and_inserts_the_lease() -> None:
+    job = JobFactory(attempt=2, run_lease=5)
+    (row,) = claim(worker="w-claim", deadline=60)
+    assert (row.id, row.state, row.attempt, row.run_lease) == (job.id, "running", 3, 6)
+    assert row.attempted_at == transaction_now()
+    assert row.attempted_by == ["w-claim"]
+    lease = ActiveLease.objects.get(job_id=job.id)
+    assert (lease.run_lease, lease.queue, lease.worker_id) == (6, Q, "w-claim")
+    assert lease.heartbeat_at == lease.claimed_at == transaction_now()
+    assert lease.deadline_at - lease.claimed_at == dt.timedelta(seconds=60)
+
+
+def test_job_claim_many_without_deadline_leaves_deadline_null() -> None:
+    job = JobFactory()
+    claim(deadline=0)
+    assert ActiveLease.objects.get(job_id=job.id).deadline_at is None
+
+
+def test_job_claim_many_orders_by_priority_run_at_id_and_respects_the_limit() -> None:
+    base = timezone.now() - dt.timedelta(hours=1)
+    late_urgent = JobFactory(priority=1, run_at=base + dt.timedelta(minutes=5))
+    early_urgent = JobFactory(priority=1, run_at=base)
+    same_time_a = JobFactory(priority=2, run_at=base)
+    same_time_b = JobFactory(priority=2, run_at=base)
+    JobFactory(priority=4, run_at=base)
+    claimed = claim(limit=4)
+    assert [r.id for r in claimed] == [
+        early_urgent.id,
+        late_urgent.id,
+        same_time_a.id,
+        same_time_b.id,
+    ]
+    assert [r.id for r in claim(limit=10)] != []  # the batch job is still there
+    assert claim(limit=10) == []
+
+
+def test_job_claim_many_takes_only_due_available_jobs_of_its_queue() -> None:
+    JobFactory(queue="core-sql-other")
+    JobFactory(run_at=timezone.now() + dt.timedelta(hours=1))
+    for state in ("scheduled", "retryable", "running", "waiting_external", "completed"):
+        JobFactory(state=state)
+    assert claim() == []
+
+
+def test_job_claim_many_skips_a_paused_queue() -> None:
+    JobFactory()
+    QueueState.objects.create(queue=Q, paused=True)
+    assert claim() == []
+    QueueState.objects.filter(queue=Q).update(paused=False)
+    assert len(claim()) == 1
+
+
+def test_job_claim_many_keeps_the_last_ten_workers() -> None:
+    job = JobFactory(attempted_by=[f"w{i}" for i in range(12)])
+    (row,) = claim(worker="newest")
+    assert row.attempted_by == [*[f"w{i}" for i in range(3, 12)], "newest"]
+    assert snapshot(job.id)["attempted_by"] == row.attempted_by
+
+
+def test_job_claim_many_is_one_statement_whatever_the_batch(
+    django_assert_num_queries: Any,
+) -> None:
+    JobFactory.create_batch(50)
+    with django_assert_num_queries(1):
+        assert len(claim(limit=50)) == 50
+    assert ActiveLease.objects.count() == 50
+
+
+# -- job_complete_many --------------------------------------------------------------------
+def test_job_complete_many_applies_matching_attempts_only() -> None:
+    a = running(progress={"percent": 50.0})
+    b = running()
+    stale = running()
+    results = ['{"ok": 1}', None, '"late"']
+    applied = complete([(a.id, a.run_lease), (b.id, b.run_lease), (stale.id, 99)], results)
+    assert sorted(r.id for r in applied) == [a.id, b.id]
+    done_a = snapshot(a.id)
+    assert (done_a["state"], done_a["progress"], done_a["result"]) == ("completed", None, {"ok": 1})
+    assert done_a["finalized_at"] == transaction_now()
+    assert snapshot(b.id)["result"] is None
+    assert set(ActiveLease.objects.values_list("job_id", flat=True)) == {stale.id}
+    assert snapshot(stale.id)["state"] == "running"
+
+
+def test_job_complete_many_ignores_jobs_that_are_not_running() -> None:
+    for state in ("available", "retryable", "waiting_external", "cancelled", "completed"):
+        job = JobFactory(state=state, run_lease=1)
+        before = snapshot(job.id)
+        assert complete([(job.id, 1)]) == []
+        assert snapshot(job.id) == before
+
+
+def test_job_complete_many_is_one_statement(django_assert_num_queries: Any) -> None:
+    claimed = [running() for _ in range(20)]
+    with django_assert_num_queries(1):
+        assert len(complete([(r.id, r.run_lease) for r in claimed])) == 20
+
+
+# -- job_set_state_if_running -------------------------------------------------------------
+def test_job_set_state_if_running_retry_with_backoff() -> None:
+    row = running()
+    (moved,) = set_state(
+        row, Transition("retryable", None, run_at_mode="backoff", error="E: x"), '{"p": 1}'
+    )
+    assert (moved.state, moved.attempt, moved.progress) == ("retryable", 1, {"p": 1})
+    assert 2.0 <= (moved.run_at - moved.finalized_at).total_seconds() < 2.5
+    assert moved.errors == [{"error": "E: x", "attempt": 1, "at": moved.errors[0]["at"]}]
+    assert not ActiveLease.objects.filter(job_id=row.id).exists()
+
+
+def test_job_set_state_if_running_backoff_is_capped_at_a_day() -> None:
+    job = JobFactory(attempt=40, max_attempts=100)
+    (row,) = claim()
+    (moved,) = set_state(row, Transition("retryable", None, run_at_mode="backoff", error="e"))
+    assert moved.run_at - moved.finalized_at == dt.timedelta(days=1)
+    assert moved.id == job.id
+
+
+def test_job_set_state_if_running_snooze_refunds_and_keeps_finalized_at() -> None:
+    earlier = timezone.now() - dt.timedelta(hours=3)
+    row = running(finalized_at=earlier, progress={"keep": True})
+    transition = Transition(
+        "scheduled", None, run_at_mode="delay", delay_seconds=9, attempt_refund=1, finalize=False
+    )
+    (moved,) = set_state(row, transition)
+    assert (moved.state, moved.attempt, moved.finalized_at) == ("scheduled", 0, earlier)
+    assert moved.run_at - moved.attempted_at == dt.timedelta(seconds=9)
+    assert (moved.errors, moved.progress) == ([], {"keep": True})
+
+
+def test_job_set_state_if_running_terminal_failure_and_cancel() -> None:
+    failed = running()
+    (row,) = set_state(failed, Transition("failed", None, error="fatal", terminal=True))
+    assert row.state == "failed" and row.errors[0]["terminal"] is True
+    cancelled = running()
+    (row,) = set_state(cancelled, Transition("cancelled", None, error="cancelled: r"))
+    assert row.state == "cancelled" and "terminal" not in row.errors[0]
+    assert row.finalized_at == transaction_now()
+
+
+def test_job_set_state_if_running_park_needs_the_registered_callback() -> None:
+    row = running()
+    token = uuid.uuid4()
+    park = Transition("waiting_external", None, finalize=False, callback_id=token)
+    assert set_state(row, park) == []  # no callback registered: the contract guard
+    rows(
+        jobs_sql.job_register_callback,
+        id=row.id,
+        run_lease=row.run_lease,
+        callback_id=token,
+        timeout_seconds=30,
+    )
+    (parked,) = set_state(row, park)
+    assert (parked.state, parked.callback_id, parked.finalized_at) == (
+        "waiting_external",
+        token,
+        None,
+    )
+    assert not ActiveLease.objects.filter(job_id=row.id).exists()
+
+
+def test_job_set_state_if_running_clears_a_callback_on_other_outcomes() -> None:
+    row = running()
+    rows(
+        jobs_sql.job_register_callback,
+        id=row.id,
+        run_lease=row.run_lease,
+        callback_id=uuid.uuid4(),
+        timeout_seconds=30,
+    )
+    (moved,) = set_state(row, Transition("retryable", None, run_at_mode="backoff", error="e"))
+    assert (moved.callback_id, moved.callback_timeout_at) == (None, None)
+
+
+def test_job_set_state_if_running_with_a_stale_run_lease_changes_nothing() -> None:
+    row = running()
+    # The attempt was rescued and re-claimed: the job runs again under a newer lease.
+    Job.objects.filter(id=row.id).update(run_lease=F("run_lease") + 1)
+    ActiveLease.objects.filter(job_id=row.id).update(run_lease=F("run_lease") + 1)
+    before = snapshot(row.id)
+    for transition in (
+        Transition("retryable", None, run_at_mode="backoff", error="late"),
+        Transition("failed", None, error="late", terminal=True),
+        Transition("cancelled", None, error="late"),
+        Transition("scheduled", None, run_at_mode="delay", delay_seconds=1, attempt_refund=1),
+    ):
+        assert set_state(row, transition, '{"late": 1}') == []
+    assert complete([(row.id, row.run_lease)]) == []
+    assert snapshot(row.id) == before
+    assert ActiveLease.objects.get(job_id=row.id).run_lease == row.run_lease + 1
+
+
+@pytest.mark.parametrize("state", ["available", "retryable", "scheduled", "completed", "failed"])
+def test_job_set_state_if_running_on_a_job_that_is_not_running_changes_nothing(
+    state: str,
+) -> None:
+    job = JobFactory(state=state, run_lease=3, attempt=1)
+    row = JobRow.from_mapping(snapshot(job.id))
+    before = snapshot(job.id)
+    assert set_state(row, Transition("failed", None, error="x", terminal=True)) == []
+    assert snapshot(job.id) == before
+
+
+# -- job_progress_flush, job_get ----------------------------------------------------------
+def test_job_progress_flush_is_guarded() -> None:
+    row = running()
+    assert rows(
+        jobs_sql.job_progress_flush, id=row.id, run_lease=row.run_lease, progress='{"p": 2}'
+    )
+    assert snapshot(row.id)["progress"] == {"p": 2}
+    assert rows(jobs_sql.job_progress_flush, id=row.id, run_lease=0, progress='{"p": 3}') == []
+    assert snapshot(row.id)["progress"] == {"p": 2}
+
+
+def test_job_get() -> None:
+    job = JobFactory(args={"x": [1, 2]}, tags=["t"])
+    (row,) = jobs(jobs_sql.job_get, id=job.id)
+    assert (row.id, row.args, row.tags) == (job.id, {"x": [1, 2]}, ["t"])
+    assert jobs(jobs_sql.job_get, id=job.id + 1000) == []
+
+
+# -- callbacks of a running attempt -------------------------------------------------------
+def test_job_register_callback_sets_the_token_and_timeout() -> None:
+    row = running()
+    token = uuid.uuid4()
+    ((callback_id, timeout_at),) = rows(
+        jobs_sql.job_register_callback,
+        id=row.id,
+        run_lease=row.run_lease,
+        callback_id=token,
+        timeout_seconds=90,
+    )
+    assert callback_id == token
+    assert timeout_at - transaction_now() == dt.timedelta(seconds=90)
+    stale = rows(
+        jobs_sql.job_register_callback,
+        id=row.id,
+        run_lease=row.run_lease + 1,
+        callback_id=uuid.uuid4(),
+        timeout_seconds=90,
+    )
+    assert stale == [] and snapshot(row.id)["callback_id"] == token
+
+
+def test_job_enter_wait_parks_in_place_and_lifts_the_deadline() -> None:
+    JobFactory()
+    (row,) = claim(deadline=60)
+    token = uuid.uuid4()
+    params = {"id": row.id, "run_lease": row.run_lease, "callback_id": token}
+    assert rows(jobs_sql.job_enter_wait, **params) == []  # not registered yet
+    rows(jobs_sql.job_register_callback, timeout_seconds=30, **params)
+    assert rows(jobs_sql.job_enter_wait, **params) == [(row.id,)]
+    assert snapshot(row.id)["state"] == "waiting_external"
+    lease = ActiveLease.objects.get(job_id=row.id)
+    assert (lease.run_lease, lease.deadline_at) == (row.run_lease, None)
+
+
+def test_job_take_callback_result_hands_the_payload_over_once() -> None:
+    row = running()
+    params = {"id": row.id, "run_lease": row.run_lease}
+    assert rows(jobs_sql.job_take_callback_result, **params) == [
+        ("running", row.run_lease, False, None)
+    ]
+    Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": {"ok": 1}, "k": 2})
+    (taken,) = rows(jobs_sql.job_take_callback_result, **params)
+    assert taken[:3] == ("running", row.run_lease, True)
+    assert json.loads(taken[3]) == {"ok": 1}
+    assert snapshot(row.id)["metadata"] == {"k": 2}
+    # Another attempt's read does not consume the payload.
+    Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": 1})
+    rows(jobs_sql.job_take_callback_result, id=row.id, run_lease=row.run_lease + 1)
+    assert snapshot(row.id)["metadata"] == {"_awa_callback_result": 1}
+
+
+# -- lease_heartbeat_many -----------------------------------------------------------------
+def test_lease_heartbeat_many_refreshes_owned_leases_and_reports_them() -> None:
+    a, b = running(), running()
+    ActiveLease.objects.update(heartbeat_at=timezone.now() - AGO)
+    owned = rows(leases_sql.lease_heartbeat_many, ids=[a.id, b.id], leases=[a.run_lease, 77])
+    assert owned == [(a.id, a.run_lease)]
+    beats = dict(ActiveLease.objects.values_list("job_id", "heartbeat_at"))
+    assert beats[a.id] == transaction_now()
+    assert beats[b.id] < transaction_now() - dt.timedelta(days=1)
+
+
+def test_lease_heartbeat_many_is_one_statement(django_assert_num_queries: Any) -> None:
+    claimed = [running() for _ in range(30)]
+    with django_assert_num_queries(1):
+        owned = rows(
+            leases_sql.lease_heartbeat_many,
+            ids=[r.id for r in claimed],
+            leases=[r.run_lease for r in claimed],
+        )
+    assert len(owned) == 30
+
+
+# -- job_promote_due ----------------------------------------------------------------------
+def test_job_promote_due_moves_due_deferred_jobs_and_counts_per_queue() -> None:
+    past = timezone.now() - AGO
+    due = [
+        JobFactory(state="scheduled", run_at=past),
+        JobFactory(state="retryable", run_at=past, attempt=2, errors=[{"error": "e"}]),
+        JobFactory(state="scheduled", run_at=past, queue="core-sql-2"),
+    ]
+    future = JobFactory(state="scheduled", run_at=timezone.now() + AGO)
+    parked = JobFactory(state="waiting_external", run_at=past)
+    result = rows(maintenance_sql.job_promote_due, limit=100)
+    assert sorted((queue, count) for queue, count, _ in result) == [(Q, 2), ("core-sql-2", 1)]
+    for job in due:
+        promoted = snapshot(job.id)
+        assert (promoted["state"], promoted["run_at"]) == ("available", transaction_now())
+    assert snapshot(due[1].id)["attempt"] == 2 and snapshot(due[1].id)["errors"] == [{"error": "e"}]
+    assert snapshot(future.id)["state"] == "scheduled"
+    assert snapshot(parked.id)["state"] == "waiting_external"
+
+
+def test_job_promote_due_respects_the_limit_oldest_first() -> None:
+    past = timezone.now() - AGO
+    oldest = JobFactory(state="scheduled", run_at=past - dt.timedelta(hours=1))
+    JobFactory(state="scheduled", run_at=past)
+    assert rows(maintenance_sql.job_promote_due, limit=1)[0][:2] == (Q, 1)
+    assert snapshot(oldest.id)["state"] == "available"
+
+
+# -- rescue -------------------------------------------------------------------------------
+def test_job_rescue_stale_heartbeat_retries_with_backoff_and_an_error() -> None:
+    stale = running(progress={"p": 1})
+    fresh = running()
+    ActiveLease.objects.filter(job_id=stale.id).update(heartbeat_at=timezone.now() - AGO)
+    result = jobs(
+        maintenance_sql.job_rescue_stale_heartbeat,
+        limit=100,
+        staleness_seconds=90,
+        message="heartbeat stale: worker presumed dead",
+    )
+    assert [r.id for r in result] == [stale.id]
+    (rescued,) = result
+    assert (rescued.state, rescued.attempt, rescued.progress) == ("retryable", 1, {"p": 1})
+    assert 2.0 <= (rescued.run_at - rescued.finalized_at).total_seconds() < 2.5
+    assert [(e["error"], e["attempt"]) for e in rescued.errors] == [
+        ("heartbeat stale: worker presumed dead", 1)
+    ]
+    assert set(ActiveLease.objects.values_list("job_id", flat=True)) == {fresh.id}
+    assert snapshot(fresh.id)["state"] == "running"
+
+
+def test_job_rescue_stale_heartbeat_never_fails_an_exhausted_job() -> None:
+    row = running(attempt=9, max_attempts=10)
+    ActiveLease.objects.filter(job_id=row.id).update(heartbeat_at=timezone.now() - AGO)
+    (rescued,) = jobs(
+        maintenance_sql.job_rescue_stale_heartbeat, limit=10, staleness_seconds=1, message="m"
+    )
+    assert (rescued.state, rescued.attempt) == ("retryable", 10)
+
+
+def test_job_rescue_stale_heartbeat_drops_an_orphan_lease_without_touching_the_job() -> None:
+    row = running()
+    # The job moved on (a newer run_lease) but an old lease row lingers.
+    Job.objects.filter(id=row.id).update(run_lease=F("run_lease") + 1)
+    ActiveLease.objects.filter(job_id=row.id).update(heartbeat_at=timezone.now() - AGO)
+    before = snapshot(row.id)
+    assert (
+        jobs(maintenance_sql.job_rescue_stale_heartbeat, limit=10, staleness_seconds=1, message="m")
+        == []
+    )
+    assert snapshot(row.id) == before
+    assert not ActiveLease.objects.exists()
+
+
+def test_job_rescue_deadline_rescues_passed_deadlines_only() -> None:
+    JobFactory.create_batch(2)
+    late, on_time = claim(deadline=60)
+    ActiveLease.objects.filter(job_id=late.id).update(deadline_at=timezone.now() - AGO)
+    (rescued,) = jobs(
+        maintenance_sql.job_rescue_deadline, limit=10, message="hard deadline exceeded"
+    )
+    assert (rescued.id, rescued.state) == (late.id, "retryable")
+    assert rescued.errors[0]["error"] == "hard deadline exceeded"
+    assert snapshot(on_time.id)["state"] == "running"
+
+
+def parked(attempt: int, max_attempts: int, timeout: dt.timedelta) -> Job:
+    return JobFactory(
+        state="waiting_external",
+        attempt=attempt,
+        max_attempts=max_attempts,
+        run_lease=attempt,
+        callback_id=uuid.uuid4(),
+        callback_timeout_at=timezone.now() + timeout,
+    )
+
+
+def test_job_rescue_expired_callback_retries_or_fails_when_exhausted() -> None:
+    retry = parked(1, 3, -AGO)
+    exhausted = parked(3, 3, -AGO)
+    waiting = parked(1, 3, AGO)
+    result = {r.id: r for r in jobs(maintenance_sql.job_rescue_expired_callback, limit=10)}
+    assert set(result) == {retry.id, exhausted.id}
+    r = result[retry.id]
+    assert (r.state, r.callback_id, r.callback_timeout_at) == ("retryable", None, None)
+    assert 2.0 <= (r.run_at - r.finalized_at).total_seconds() < 2.5
+    assert r.errors == [{"error": "callback timed out", "attempt": 1, "at": r.errors[0]["at"]}]
+    f = result[exhausted.id]
+    assert (f.state, f.callback_id, f.run_at) == ("failed", None, exhausted.run_at)
+    assert f.errors[0]["terminal"] is True and f.errors[0]["error"] == "callback timed out"
+    assert snapshot(waiting.id)["state"] == "waiting_external"
+
+
+# -- job_prune_terminal -------------------------------------------------------------------
+def test_job_prune_terminal_deletes_by_state_specific_retention() -> None:
+    now = timezone.now()
+    old_completed = JobFactory(state="completed", finalized_at=now - dt.timedelta(hours=2))
+    young_completed = JobFactory(state="completed", finalized_at=now - dt.timedelta(minutes=1))
+    old_failed = JobFactory(state="failed", finalized_at=now - dt.timedelta(hours=6))
+    young_failed = JobFactory(state="failed", finalized_at=now - dt.timedelta(hours=2))
+    old_cancelled = JobFactory(state="cancelled", finalized_at=now - dt.timedelta(hours=6))
+    old_retryable = JobFactory(state="retryable", finalized_at=now - dt.timedelta(days=9))
+    rows(
+        maintenance_sql.job_prune_terminal,
+        completed_seconds=3600,
+        failed_seconds=4 * 3600,
+        limit=100,
+    )
+    left = set(Job.objects.values_list("id", flat=True))
+    assert left == {young_completed.id, young_failed.id, old_retryable.id}
+    assert not left & {old_completed.id, old_failed.id, old_cancelled.id}
+
+
+def test_job_prune_terminal_deletes_at_most_limit_rows() -> None:
+    JobFactory.create_batch(
+        5, state="completed", finalized_at=timezone.now() - dt.timedelta(days=3)
+    )
+    JobFactory.create_batch(5, state="failed", finalized_at=timezone.now() - dt.timedelta(days=9))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            maintenance_sql.job_prune_terminal.sql,
+            {"completed_seconds": 60, "failed_seconds": 60, "limit": 3},
+        )
+        assert cursor.rowcount == 3
+    assert Job.objects.count() == 7
+
+
+# -- leadership ---------------------------------------------------------------------------
+def test_leader_acquire_or_renew_and_leader_release() -> None:
+    def acquire(holder: str, ttl: float = 30) -> list[tuple[Any, ...]]:
+        return rows(
+            maintenance_sql.leader_acquire_or_renew, name="core-m", holder=holder, ttl_seconds=ttl
+        )
+
+    ((holder, expires_at),) = acquire("a")
+    assert holder == "a" and expires_at - transaction_now() == dt.timedelta(seconds=30)
+    assert acquire("b") == []  # a leads and its lease is live
+    assert acquire("a", ttl=60)[0][1] - transaction_now() == dt.timedelta(seconds=60)
+    rows(maintenance_sql.leader_release, name="core-m", holder="b")  # not b's to release
+    assert LeaderLease.objects.get(name="core-m").holder == "a"
+    LeaderLease.objects.filter(name="core-m").update(expires_at=timezone.now() - AGO)
+    assert acquire("b")[0][0] == "b"  # expired: b takes over
+    rows(maintenance_sql.leader_release, name="core-m", holder="b")
+    assert not LeaderLease.objects.filter(name="core-m").exists()
+
+
+# -- admin --------------------------------------------------------------------------------
+def test_job_cancel_many_cancels_non_terminal_jobs_and_drops_leases() -> None:
+    run = running()
+    queued = JobFactory()
+    done = JobFactory(state="completed")
+    result = rows(admin_sql.job_cancel_many, ids=[run.id, queued.id, done.id])
+    by_id = {r[0]: r for r in result}
+    assert set(by_id) == {run.id, queued.id}
+    assert by_id[run.id][-1] == ""  # pg_notify() ran for the running attempt
+    assert by_id[queued.id][-1] is None  # ... and not for a queued job
+    assert snapshot(run.id)["state"] == snapshot(queued.id)["state"] == "cancelled"
+    assert snapshot(run.id)["errors"] == []  # T19: no error entry
+    assert snapshot(done.id)["state"] == "completed"
+    assert not ActiveLease.objects.exists()
+
+
+def test_job_retry_many_resets_attempts_and_keeps_errors() -> None:
+    failed = JobFactory(state="failed", attempt=3, run_lease=3, errors=[{"error": "x"}])
+    cancelled = JobFactory(state="cancelled", attempt=1, run_lease=1)
+    completed = JobFactory(state="completed", attempt=1)
+    result = jobs(admin_sql.job_retry_many, ids=[failed.id, cancelled.id, completed.id])
+    assert sorted(r.id for r in result) == [failed.id, cancelled.id]
+    row = snapshot(failed.id)
+    assert (row["state"], row["attempt"], row["run_lease"], row["errors"]) == (
+        "available",
+        0,
+        3,
+        [{"error": "x"}],
+    )
+    assert row["finalized_at"] is None and row["run_at"] == transaction_now()
+    assert snapshot(completed.id)["state"] == "completed"
+
+
+# -- workers ------------------------------------------------------------------------------
+def upsert(worker_id: str, completed: int = 0, leader: bool = False) -> None:
+    rows(
+        workers_sql.worker_instance_upsert,
+        worker_id=worker_id,
+        hostname="host",
+        pid=123,
+        queues='{"default": 10}',
+        leader=leader,
+        shutting_down=False,
+        completed_count=completed,
+    )
+
+
+def test_worker_instance_upsert_inserts_then_updates() -> None:
+    upsert("core-w1")
+    upsert("core-w1", completed=5, leader=True)
+    worker = WorkerInstance.objects.get(worker_id="core-w1")
+    assert (worker.completed_count, worker.leader, worker.queues) == (5, True, {"default": 10})
+
+
+def test_worker_instance_delete() -> None:
+    upsert("core-w1")
+    upsert("core-w2")
+    rows(workers_sql.worker_instance_delete, worker_id="core-w1")
+    assert list(WorkerInstance.objects.values_list("worker_id", flat=True)) == ["core-w2"]
+
+
+def test_worker_instance_prune_forgets_silent_workers() -> None:
+    upsert("core-old")
+    upsert("core-new")
+    WorkerInstance.objects.filter(worker_id="core-old").update(last_seen_at=timezone.now() - AGO)
+    rows(workers_sql.worker_instance_prune, older_than_seconds=3600)
+    assert list(WorkerInstance.objects.values_list("worker_id", flat=True)) == ["core-new"]
+
+
+# -- coverage of the statement modules ----------------------------------------------------
+def test_every_named_statement_has_a_test_named_after_it() -> None:
+    modules = (jobs_sql, leases_sql, maintenance_sql, admin_sql, workers_sql)
+    names = {
+        value.name
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, Statement)
+    }
+    tests = [name for name in globals() if name.startswith("test_")]
+    untested = sorted(n for n in names if not any(n in t for t in tests))
+    assert untested == []
+    assert all(getattr(m, n).name == n for m in modules for n in vars(m) if n in names)
+
+
+# -- plans on a realistic table -----------------------------------------------------------
+@pytest.fixture
+def big_table() -> None:
+    """20,000 jobs: mostly completed, a few hundred per deferred/parked/available state."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt,
+                max_attempts, run_at, created_at, finalized_at, run_lease, errors, metadata,
+                tags, attempted_by, callback_id, callback_timeout_at)
+            SELECT 'core_explain', 'q' || (g % 10), '{}',
+                   s.state, 1 + g % 4, 1, 25,
+                   now() + (g % 600 - 300) * interval '1 second', now(),
+                   CASE WHEN s.state IN ('completed', 'failed')
+                        THEN now() - g * interval '1 second' END,
+                   1, '[]', '{}', '{}', '{}',
+                   CASE WHEN s.state = 'waiting_external' THEN gen_random_uuid() END,
+                   CASE WHEN s.state = 'waiting_external'
+                        THEN now() + (g % 600 - 300) * interval '1 second' END
+            FROM generate_series(1, 20000) g,
+                 LATERAL (SELECT CASE g % 40 WHEN 0 THEN 'available' WHEN 1 THEN 'scheduled'
+                                  WHEN 2 THEN 'retryable' WHEN 3 THEN 'waiting_external'
+                                  WHEN 4 THEN 'failed' ELSE 'completed' END AS state) s
+            """
+        )
+        cursor.execute(
+            """
+            INSERT INTO awa_active_leases (job_id, run_lease, queue, worker_id, claimed_at,
+                                           heartbeat_at)
+            SELECT id, run_lease, queue, 'w', now(), now() FROM awa_jobs_hot
+            WHERE state = 'completed' LIMIT 0
+            """
+        )
+        cursor.execute("ANALYZE awa_jobs_hot")
+        cursor.execute("ANALYZE awa_active_leases")
+
+
+def explain(statement: Statement, **params: Any) -> str:
+    # Django's cursor binds client-side, so EXPLAIN sees literal values like a custom plan.
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + statement.sql, params)
+        return "\n".join(line for (line,) in cursor.fetchall())
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_claim_many_plan_uses_the_dispatch_index() -> None:
+    plan = explain(jobs_sql.job_claim_many, queue="q3", limit=10, worker_id="w", deadline_seconds=0)
+    assert "awa_jobs_dispatch_idx" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_promote_due_plan_uses_the_promote_index() -> None:
+    plan = explain(maintenance_sql.job_promote_due, limit=4096)
+    assert "awa_jobs_promote_idx" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_rescue_expired_callback_plan_uses_the_timeout_index() -> None:
+    plan = explain(maintenance_sql.job_rescue_expired_callback, limit=500)
+    assert "awa_jobs_cb_timeout_idx" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_complete_many_plan_uses_the_primary_key() -> None:
+    ids = list(Job.objects.values_list("id", flat=True)[:100])
+    plan = explain(
+        jobs_sql.job_complete_many, ids=ids, leases=[1] * len(ids), results=[None] * len(ids)
+    )
+    assert "awa_jobs_hot_pkey" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_set_state_if_running_plan_uses_the_primary_key() -> None:
+    row = JobRow.from_mapping(Job.objects.filter(state="available").values().first())
+    plan = explain(
+        jobs_sql.job_set_state_if_running,
+        **Transition("retryable", None, run_at_mode="backoff", error="e").params(row, None),
+    )
+    assert "awa_jobs_hot_pkey" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_prune_terminal_plan_uses_the_finalized_index_range() -> None:
+    plan = explain(
+        maintenance_sql.job_prune_terminal,
+        completed_seconds=86400,
+        failed_seconds=3 * 86400,
+        limit=1000,
+    )
+    assert "awa_jobs_finalized_idx" in plan, plan
+    # The retention bound must be an index condition, not a filter over every terminal row.
+    assert "Index Cond: (finalized_at <" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
