@@ -33,7 +33,7 @@ from ..sql import jobs as jobs_sql
 from .completer import Completer
 from .database import Database, retry_transient
 from .inflight import InFlight
-from .outcomes import Transition, contract_violation, event_for, plan
+from .outcomes import Transition, contract_violation, event_for, plan, plan_failure
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -74,14 +74,14 @@ class Executor:
             self._emit(Started(job=row))
             started = time.monotonic()
             try:
-                result, transition = await self._run_handler(job)
+                transition = await self._run_handler(job)
             finally:
                 release()
-            await self._finish(job, result, transition, time.monotonic() - started)
+            await self._finish(job, transition, time.monotonic() - started)
         finally:
             self.inflight.remove(job)
 
-    async def _run_handler(self, job: Job[Any]) -> tuple[Any, Transition | None]:
+    async def _run_handler(self, job: Job[Any]) -> Transition | None:
         try:
             definition = load_handler(job)
             if definition.is_async:
@@ -94,30 +94,29 @@ class Executor:
             raise
         except Exception as exc:
             logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, exc)
-            return None, plan(job.row, error=exc)
-        return result, plan(job.row, result=result)
+            return plan_failure(job.row, exc)
+        return plan(job.row, result)
 
-    async def _finish(
-        self, job: Job[Any], result: Any, transition: Transition | None, seconds: float
-    ) -> None:
+    async def _finish(self, job: Job[Any], transition: Transition | None, seconds: float) -> None:
         if transition is None:
-            try:
-                result_json = (
-                    None
-                    if job.result is None
-                    else dumps(
-                        job.result, what=f"result of job {job.id}", limit=self.max_result_bytes
-                    )
-                )
-            except AwaError as exc:
-                transition = plan(job.row, error=exc)
-            else:
-                applied = await self.completer.complete(job.row, result_json)
-                if applied is None:
-                    return self._stale(job)
-                self.completed_count += 1
-                return self._emit(Completed(job=applied, duration=timedelta(seconds=seconds)))
-        await self._transition(job, transition)
+            transition = await self._complete(job, seconds)
+        if transition is not None:
+            await self._transition(job, transition)
+
+    async def _complete(self, job: Job[Any], seconds: float) -> Transition | None:
+        """Hand the completion to the completer; a result that cannot be stored fails the
+        job instead (returned as the transition to write)."""
+        try:
+            result_json = result_as_json(job, self.max_result_bytes)
+        except AwaError as exc:
+            return plan_failure(job.row, exc)
+        applied = await self.completer.complete(job.row, result_json)
+        if applied is None:
+            self._stale(job)
+        else:
+            self.completed_count += 1
+            self._emit(Completed(job=applied, duration=timedelta(seconds=seconds)))
+        return None
 
     async def _transition(self, job: Job[Any], transition: Transition) -> None:
         params = transition.params(job.row, _progress_json(job))
@@ -229,6 +228,13 @@ class Executor:
                 "`await job.aregister_callback()` / `await job.await_for_callback()`"
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def result_as_json(job: Job[Any], limit: int) -> str | None:
+    """`job.result` as JSON for the `result` column (None when the handler set none)."""
+    if job.result is None:
+        return None
+    return dumps(job.result, what=f"result of job {job.id}", limit=limit)
 
 
 def load_handler(job: Job[Any]) -> JobDefinition:

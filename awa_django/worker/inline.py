@@ -17,14 +17,15 @@ from django.db import transaction
 
 from .. import hooks, storage
 from ..codec import dumps
+from ..conf import awa_settings
 from ..context import Job
 from ..events import Completed, Event, Started
 from ..exceptions import AwaError, StaleAttempt
 from ..models import Job as JobModel
 from ..results import CallbackToken
 from ..sql import jobs as jobs_sql
-from .executor import load_handler
-from .outcomes import Transition, contract_violation, event_for, plan
+from .executor import load_handler, result_as_json
+from .outcomes import Transition, contract_violation, event_for, plan, plan_failure
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -86,9 +87,9 @@ class _InlineRunner:
             result = definition.handler(job)
             if asyncio.iscoroutine(result):
                 result = asyncio.run(result)
-            transition = plan(job.row, result=result)
+            transition = plan(job.row, result)
         except Exception as exc:
-            transition = plan(job.row, error=exc)
+            transition = plan_failure(job.row, exc)
         if transition is None:
             transition = self._complete(job, time.monotonic() - started)
         if transition is not None:
@@ -96,9 +97,9 @@ class _InlineRunner:
 
     def _complete(self, job: Job[Any], seconds: float) -> Transition | None:
         try:
-            result = None if job.result is None else dumps(job.result, what="result")
+            result = result_as_json(job, awa_settings().max_result_bytes)
         except AwaError as exc:
-            return plan(job.row, error=exc)
+            return plan_failure(job.row, exc)
         rows = storage.fetch_jobs(
             self.using,
             jobs_sql.job_complete_many,

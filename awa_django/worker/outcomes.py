@@ -40,10 +40,8 @@ class Transition:
         return {**values, "id": row.id, "run_lease": row.run_lease, "progress": progress}
 
 
-def plan(row: JobRow, result: Any = None, error: BaseException | None = None) -> Transition | None:
-    """The transition for a handler that returned `result` or raised `error`."""
-    if error is not None:
-        return _plan_error(row, error)
+def plan(row: JobRow, result: Any = None) -> Transition | None:
+    """The transition for a handler that returned `result` (None: a plain completion)."""
     match result:
         case RetryAfter(seconds=seconds):
             if row.attempt >= row.max_attempts:
@@ -75,7 +73,8 @@ def plan(row: JobRow, result: Any = None, error: BaseException | None = None) ->
     return None
 
 
-def _plan_error(row: JobRow, error: BaseException) -> Transition:
+def plan_failure(row: JobRow, error: BaseException) -> Transition:
+    """The transition for a handler that raised `error` (or whose job cannot run)."""
     message = describe(error)
     if isinstance(error, TerminalError | UnknownJobKind | InvalidJobArgs):
         return Transition(JobState.FAILED, Exhausted, error=message, terminal=True)

@@ -704,7 +704,7 @@ def test_every_named_statement_has_a_test_named_after_it() -> None:
 # -- plans on a realistic table -----------------------------------------------------------
 @pytest.fixture
 def big_table() -> None:
-    """20,000 jobs: mostly completed, a few hundred per deferred/parked/available state."""
+    """20,000 jobs: mostly completed, 500 in each live state (running ones with a lease)."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -723,7 +723,8 @@ def big_table() -> None:
             FROM generate_series(1, 20000) g,
                  LATERAL (SELECT CASE g % 40 WHEN 0 THEN 'available' WHEN 1 THEN 'scheduled'
                                   WHEN 2 THEN 'retryable' WHEN 3 THEN 'waiting_external'
-                                  WHEN 4 THEN 'failed' ELSE 'completed' END AS state) s
+                                  WHEN 4 THEN 'failed' WHEN 5 THEN 'running'
+                                  ELSE 'completed' END AS state) s
             """
         )
         cursor.execute(
@@ -731,7 +732,7 @@ def big_table() -> None:
             INSERT INTO awa_active_leases (job_id, run_lease, queue, worker_id, claimed_at,
                                            heartbeat_at)
             SELECT id, run_lease, queue, 'w', now(), now() FROM awa_jobs_hot
-            WHERE state = 'completed' LIMIT 0
+            WHERE state = 'running'
             """
         )
         cursor.execute("ANALYZE awa_jobs_hot")
@@ -768,7 +769,7 @@ def test_job_rescue_expired_callback_plan_uses_the_timeout_index() -> None:
 
 @pytest.mark.usefixtures("big_table")
 def test_job_complete_many_plan_uses_the_primary_key() -> None:
-    ids = list(Job.objects.values_list("id", flat=True)[:100])
+    ids = list(Job.objects.filter(state="running").values_list("id", flat=True)[:10])
     plan = explain(
         jobs_sql.job_complete_many, ids=ids, leases=[1] * len(ids), results=[None] * len(ids)
     )

@@ -15,7 +15,14 @@ from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobRow
 from awa_django.worker import outcomes
-from awa_django.worker.outcomes import Transition, contract_violation, describe, event_for, plan
+from awa_django.worker.outcomes import (
+    Transition,
+    contract_violation,
+    describe,
+    event_for,
+    plan,
+    plan_failure,
+)
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
@@ -117,7 +124,7 @@ def test_wait_for_callback_parks_with_the_token_as_guard() -> None:
 
 
 def test_an_exception_is_retryable_with_backoff() -> None:
-    t = plan(make_row(attempt=1, max_attempts=3), error=raised(CoreUnitBoom("boom")))
+    t = plan_failure(make_row(attempt=1, max_attempts=3), raised(CoreUnitBoom("boom")))
     assert t is not None
     assert (t.state, t.event, t.run_at_mode, t.terminal) == ("retryable", Retried, "backoff", False)
     assert t.error is not None and t.error.startswith(f"{__name__}.CoreUnitBoom: boom\n")
@@ -125,7 +132,7 @@ def test_an_exception_is_retryable_with_backoff() -> None:
 
 @pytest.mark.parametrize(("attempt", "state"), [(2, "retryable"), (3, "failed"), (4, "failed")])
 def test_exhaustion_is_attempt_at_least_max_attempts(attempt: int, state: str) -> None:
-    t = plan(make_row(attempt=attempt, max_attempts=3), error=raised(ValueError("x")))
+    t = plan_failure(make_row(attempt=attempt, max_attempts=3), raised(ValueError("x")))
     assert t is not None and t.state == state
     assert not t.terminal  # exhaustion is not a terminal error
 
@@ -135,7 +142,7 @@ def test_exhaustion_is_attempt_at_least_max_attempts(attempt: int, state: str) -
     [TerminalError("card declined"), UnknownJobKind("unknown job kind: x"), InvalidJobArgs("bad")],
 )
 def test_terminal_causes_fail_at_once(error: Exception) -> None:
-    t = plan(make_row(attempt=1, max_attempts=25), error=raised(error))
+    t = plan_failure(make_row(attempt=1, max_attempts=25), raised(error))
     assert t is not None
     assert (t.state, t.event, t.terminal) == ("failed", Exhausted, True)
 
@@ -144,7 +151,7 @@ def test_subclass_of_terminal_error_is_terminal() -> None:
     class CoreUnitDeclined(TerminalError):
         pass
 
-    t = plan(make_row(), error=raised(CoreUnitDeclined("no")))
+    t = plan_failure(make_row(), raised(CoreUnitDeclined("no")))
     assert t is not None and t.terminal
 
 
@@ -209,7 +216,7 @@ def test_params_carry_the_guard_and_every_statement_parameter() -> None:
 
 
 def test_event_for_retried_carries_attempt_error_and_next_run_at() -> None:
-    t = plan(make_row(), error=raised(ValueError("x")))
+    t = plan_failure(make_row(), raised(ValueError("x")))
     committed = make_row(state="retryable", run_at=NOW + dt.timedelta(seconds=2))
     event = event_for(t, committed)  # type: ignore[arg-type]
     assert isinstance(event, Retried)
