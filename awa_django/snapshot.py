@@ -47,7 +47,8 @@ class JobRow:
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> JobRow:
         values = {name: row[name] for name in COLUMNS}
-        # Django's connection hands jsonb back as text; the runtime's psycopg decodes it.
+        # The named statements return every jsonb column as text (RETURNING_COLUMNS), on
+        # Django's connection and the runtime's alike; decoded values (ORM .values()) pass.
         for name in _JSON_COLUMNS:
             if isinstance(values[name], str):
                 values[name] = json.loads(values[name])
@@ -61,4 +62,9 @@ class JobRow:
 _JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result")
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobRow))
 # The column list every statement that returns a whole job row uses, in JobRow order.
-RETURNING_COLUMNS = ", ".join(COLUMNS)
+# jsonb columns come back as text on both sides: Django's connection returns jsonb as text
+# anyway, while the runtime's psycopg would decode it, and a decoded JSON string (a task
+# result "ok", metadata "x") would then be indistinguishable from undecoded text.
+RETURNING_COLUMNS = ", ".join(
+    f"{name}::text AS {name}" if name in _JSON_COLUMNS else name for name in COLUMNS
+)

@@ -1,7 +1,7 @@
 """Admin list and dashboard timings on a table of 1,000,000 jobs (JSON lines on stdout).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/awa_admin_bench \\
-        .venv/bin/python -m bench.admin_1m [--rows 1000000] [--runs 5] [--explain]
+        .venv/bin/python -m bench.admin_1m [--rows 1000000] [--runs 5] [--explain] [--reuse]
 
 Drops and recreates the database named in DATABASE_URL (its name must contain "bench"),
 migrates it, fills `awa_jobs_hot` with one `INSERT ... SELECT generate_series`, runs
@@ -139,11 +139,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--explain", action="store_true")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the database filled by an earlier run"
+    )
     options = parser.parse_args()
 
     url = os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
-    recreate(url)
+    if not options.reuse:
+        recreate(url)
     import django
 
     django.setup()
@@ -154,9 +158,12 @@ def main() -> None:
     from awa_django import queues
     from awa_django.models import Job
 
-    call_command("migrate", verbosity=0)
-    fill(options.rows)
-    user = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench")
+    if not options.reuse:
+        call_command("migrate", verbosity=0)
+        fill(options.rows)
+    user, _ = get_user_model().objects.get_or_create(
+        username="bench", defaults={"is_staff": True, "is_superuser": True}
+    )
     client = Client()
     client.force_login(user)
 

@@ -7,6 +7,8 @@ talk to the maintenance database `postgres` to drop and create the bench databas
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -124,6 +126,18 @@ def handler_start_times(ids: list[int]) -> dict[int, float]:
         return {int(i): float(r) for i, r in cursor.fetchall() if r is not None}
 
 
+def dispatch_index_reads() -> tuple[int, int]:
+    """(scans, index entries read) of the dispatch index so far: the claim statements and
+    how many entries they had to step over (dead ones included)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT idx_scan, idx_tup_read FROM pg_stat_user_indexes"
+            " WHERE indexrelname = 'awa_jobs_dispatch_idx'"
+        )
+        row = cursor.fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def horizon_age() -> float:
     """Seconds the oldest other transaction in the cluster has been open (0 if none).
 
@@ -137,6 +151,18 @@ def horizon_age() -> float:
             " AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)"
         )
         return round(float(cursor.fetchone()[0]), 1)
+
+
+@contextmanager
+def pinned_horizon() -> Iterator[None]:
+    """Hold a transaction with an xid open, as a forgotten `idle in transaction` session or
+    a long report would, so rows superseded meanwhile cannot be recognised as dead."""
+    with psycopg.connect(**conninfo()) as conn:
+        conn.execute("SELECT txid_current()")
+        try:
+            yield
+        finally:
+            conn.rollback()
 
 
 def wait_until(condition: Any, timeout: float, interval: float, what: str) -> float:

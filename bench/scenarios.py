@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,20 +80,30 @@ def floor(options: Options) -> dict[str, Any]:
     return run_floor(options.jobs)
 
 
+def floor_pinned(options: Options) -> dict[str, Any]:
+    db.reset()
+    with db.pinned_horizon():
+        return {**run_floor(options.jobs), "pinned_horizon": True}
+
+
 def floor_enqueue(options: Options) -> dict[str, Any]:
     db.reset()
     return run_enqueue_floor(options.enqueue_jobs, options.jobs)
 
 
 # -- (a) drain and (e) slow hook ----------------------------------------------------------
-def drain(args_type: type, processes: int = 1, slow_hook: str = "") -> Scenario:
+def drain(
+    args_type: type, processes: int = 1, slow_hook: str = "", pin_horizon: bool = False
+) -> Scenario:
     def scenario(options: Options) -> dict[str, Any]:
         profile_to = None
         if options.profile_dir is not None:
             handlers = "async" if args_type is BenchAsync else "sync"
             name = f"drain-{handlers}-p{processes}-{time.strftime('%H%M%S')}.txt"
             profile_to = options.profile_dir / name
-        return _drain(options.jobs, args_type, processes, slow_hook, profile_to)
+        with db.pinned_horizon() if pin_horizon else nullcontext():
+            figures = _drain(options.jobs, args_type, processes, slow_hook, profile_to)
+        return {**figures, "pinned_horizon": pin_horizon}
 
     return scenario
 
@@ -105,6 +116,7 @@ def _drain(
         awa_django.enqueue_many([args_type(n=i) for i in range(n)])
     db.analyze()
     env = {"AWA_BENCH_SLOW_HOOK": slow_hook} if slow_hook else {}
+    scans_before, reads_before = db.dispatch_index_reads()
     with WorkerProcess(processes=processes, extra_env=env, profile_to=profile_to) as worker:
         observed = db.wait_until(
             lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
@@ -114,6 +126,7 @@ def _drain(
     if counts != {"completed": n}:
         raise RuntimeError(f"after the drain the jobs are {counts}, expected {n} completed")
     first, last = db.completion_times()
+    scans, reads = db.dispatch_index_reads()  # the worker's backends flushed them on exit
     return {
         "jobs": n,
         "processes": processes,
@@ -125,6 +138,8 @@ def _drain(
         "elapsed_s": round(observed - worker.started_at, 3),
         "worker_cpu_s": _rounded(worker_cpu),
         "backends_cpu_s": _rounded(backend_cpu),
+        "dispatch_idx_scans": scans - scans_before,
+        "dispatch_idx_entries_read": reads - reads_before,
         "stop_s": None if worker.stop_seconds is None else round(worker.stop_seconds, 3),
         "profiled": profile_to is not None,
         "latency": "claim commit -> completion commit",
@@ -209,12 +224,15 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_sync": drain(BenchSync),
     "drain_async_p2": drain(BenchAsync, processes=2),
     "drain_sync_p2": drain(BenchSync, processes=2),
+    "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
+    "floor_pinned": floor_pinned,
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
 }
 GROUPS = {
     "enqueue": ["enqueue_one", "enqueue_many", "floor_enqueue"],
     "drain": ["drain_async", "drain_sync", "drain_async_p2", "drain_sync_p2"],
+    "pinned": ["drain_async_pinned", "floor_pinned"],
     "pickup": ["pickup_async", "pickup_sync"],
     "all": list(SCENARIOS),
 }

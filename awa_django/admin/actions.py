@@ -76,15 +76,17 @@ def _resolve_callbacks(
     parked = queryset.filter(
         id__in=ids, state=JobState.WAITING_EXTERNAL, callback_id__isnull=False
     ).values_list("callback_id", flat=True)
-    done = 0
-    for callback_id in parked:
-        try:
-            resolve(callback_id)
-        except CallbackNotFound:
-            continue
-        done += 1
+    done = sum(_resolved(resolve, callback_id) for callback_id in parked if callback_id)
     why = "not waiting_external or callback already resolved"
     report(request, "callback", verb, done, len(ids) - done, why)
+
+
+def _resolved(resolve: Callable[[uuid.UUID], Any], callback_id: uuid.UUID) -> bool:
+    try:
+        resolve(callback_id)
+    except CallbackNotFound:
+        return False
+    return True
 
 
 def _intermediate(

@@ -116,8 +116,9 @@ def _timeline_entries(job: Job, lease: ActiveLease | None) -> list[tuple[dt.date
     for entry in job.errors or []:
         at = parse_datetime(str(entry.get("at", "")))
         if at is not None:
-            first_line = str(entry.get("error", "")).strip().splitlines()[:1]
-            label = f"attempt {entry.get('attempt', '?')} error: {''.join(first_line)}"
+            # A traceback's last line names the exception; a plain message has one line.
+            last_line = str(entry.get("error", "")).strip().splitlines()[-1:]
+            label = f"attempt {entry.get('attempt', '?')} error: {''.join(last_line)}"
             entries.append((at, _cut(label, 200)))
     if job.attempted_at:
         entries.append((job.attempted_at, f"attempt {job.attempt} started"))

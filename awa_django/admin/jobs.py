@@ -46,7 +46,12 @@ class JobChangeList(ChangeList):
 
 def search_filter(term: str) -> Q:
     """Exact matches only, each served by an index: a number is an id, a UUID a callback
-    id, `kind:x` / `queue:x` / `tag:x` name the column, anything else is a kind or a tag."""
+    id, `tag:x` a tag, `queue:x` a queue, `kind:x` or any other word a kind.
+
+    A plain word is not also tried as a tag: `kind = x OR tags @> {x}` defeats the
+    planner's estimate, and with `ORDER BY id DESC LIMIT 50` it walks the primary key
+    backwards through the whole table when few rows match (measured: 0.9 s at 1M rows).
+    """
     prefix, _, value = term.partition(":")
     if value and prefix in ("kind", "queue", "tag"):
         return Q(tags__contains=[value]) if prefix == "tag" else Q(**{prefix: value})
@@ -55,7 +60,7 @@ def search_filter(term: str) -> Q:
     try:
         return Q(callback_id=uuid.UUID(term))
     except ValueError:
-        return Q(kind=term) | Q(tags__contains=[term])
+        return Q(kind=term)
 
 
 class JobAdmin(admin.ModelAdmin):
@@ -75,7 +80,7 @@ class JobAdmin(admin.ModelAdmin):
     sortable_by = ("id",)
     search_fields = ("kind",)  # shows the box; get_search_results does the matching
     search_help_text = (
-        "Exact match: a job id, a callback id, a kind or a tag; or kind:…, queue:…, tag:…"
+        "Exact match: a job id, a callback id or a kind; tag:… for a tag, queue:… for a queue."
     )
     list_per_page = 50
     paginator = EstimatedCountPaginator

@@ -111,17 +111,29 @@ SELECT {COLS} FROM rescued
 )
 
 # Params: completed_seconds, failed_seconds, limit. Index: awa_jobs_finalized_idx
-# (finalized_at) WHERE state IN terminal. Small batches keep each delete short.
+# (finalized_at) WHERE state IN terminal. Trap: the retention differs per state, so one
+# `finalized_at < now() - CASE state ...` bound references the row itself and cannot be an
+# index condition: the planner then reads every terminal row (a full scan per prune on a
+# table that is mostly terminal rows). One branch per retention keeps each bound a plain
+# index range. Small batches keep each delete short.
 job_prune_terminal = Statement(
     "job_prune_terminal",
     """
-WITH doomed AS (
+WITH old_completed AS (
     SELECT id FROM awa_jobs_hot
-    WHERE state IN ('completed', 'failed', 'cancelled')
-      AND finalized_at < now() - make_interval(secs => CASE WHEN state = 'completed'
-                THEN %(completed_seconds)s::float8 ELSE %(failed_seconds)s::float8 END)
+    WHERE state = 'completed'
+      AND finalized_at < now() - make_interval(secs => %(completed_seconds)s::float8)
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), old_failed AS (
+    SELECT id FROM awa_jobs_hot
+    WHERE state IN ('failed', 'cancelled')
+      AND finalized_at < now() - make_interval(secs => %(failed_seconds)s::float8)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), doomed AS (
+    SELECT id FROM old_completed UNION ALL SELECT id FROM old_failed
+    LIMIT %(limit)s
 )
 DELETE FROM awa_jobs_hot j USING doomed d WHERE j.id = d.id
 """,

@@ -14,10 +14,6 @@ from typing import Any
 
 import pytest
 
-# Playwright's sync API runs an event loop in this thread, which makes Django's ORM refuse
-# to run here ("async unsafe") although every call is in fact synchronous.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -37,26 +33,25 @@ def chromium_path() -> str | None:
     return found
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.browser)
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium per test module, closed before the next module runs."""
     executable = chromium_path()
     if executable is None:
         pytest.skip("no Chromium installed: apt-get install -y chromium (Debian's package)")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        yield launched
-        launched.close()
+    # Playwright's sync API keeps an event loop running in this thread, so Django's ORM
+    # would refuse to run here ("async unsafe") although every call is synchronous. Allowed
+    # only while the browser is open, so other modules keep Django's safety check.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(
+                executable_path=executable, headless=True, args=CHROMIUM_ARGS
+            )
+            yield launched
+            launched.close()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from django.utils import timezone
 from awa_django.models import Job, QueueState, WorkerInstance
 from tests.factories import JobFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery staple"
 
