@@ -21,16 +21,16 @@ venv:
 	@VENV="$(VENV)" PYTHON="$(PYTHON)" bash devtools/bootstrap.sh
 
 demo: venv
-	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && $(VPY) manage.py awa_demo'
+	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && exec $(VPY) manage.py awa_demo'
 
 test: venv
 	$(PGENV) -- $(VPY) devtools/check.py $(PYTEST_ARGS)
 
 admin: venv
-	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && $(VPY) manage.py runserver 127.0.0.1:8000'
+	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && exec $(VPY) manage.py runserver --noreload 127.0.0.1:8000'
 
 worker: venv
-	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && $(VPY) manage.py awa_worker'
+	$(PGENV) -- sh -c '$(VPY) manage.py migrate --no-input -v 0 && exec $(VPY) manage.py awa_worker'
 
 db-start: venv
 	$(PGENV) --start

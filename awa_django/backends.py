@@ -414,6 +414,11 @@ _SIGNALS = {
 }
 
 
+def is_task_kind(kind: str) -> bool:
+    """Task kinds are import paths; `@job` kinds are snake_case words without dots."""
+    return "." in kind
+
+
 def send_task_signal(event: Event) -> None:
     """Lifecycle hook: Started ⇒ task_started; Completed/Exhausted/Cancelled ⇒
     task_finished. Retried sends nothing: the task is still pending (READY).
@@ -451,7 +456,9 @@ def install() -> None:
         registry.add_resolver(resolve)
         if not any(h.hook is send_task_signal for h in registry.hooks()):
             events = frozenset(_SIGNALS)
-            registry.add_hook(HookRegistration(None, send_task_signal, events, None))
+            registry.add_hook(
+                HookRegistration(None, send_task_signal, events, None, applies_to=is_task_kind)
+            )
 
 
 registry.add_resolver(resolve)

@@ -52,6 +52,14 @@ class HookRegistration:
     hook: Callable[[Any], Any]
     events: frozenset[type[Event]]
     args_type: type | None  # set for typed hooks: event.args is decoded into it
+    # For kind=None hooks that only care about some kinds (the django.tasks signal hook):
+    # a cheap predicate on the kind, so the worker skips dispatch for every other job.
+    applies_to: Callable[[str], bool] | None = None
+
+    def matches(self, kind: str) -> bool:
+        if self.kind is not None:
+            return self.kind == kind
+        return self.applies_to is None or self.applies_to(kind)
 
 
 class Registry:
@@ -112,12 +120,14 @@ class Registry:
 
     def hooks_for(self, kind: str, event_type: type[Event]) -> list[HookRegistration]:
         """Hooks that want this event for this kind, in registration order."""
-        return [
-            h for h in self._hooks if (h.kind is None or h.kind == kind) and event_type in h.events
-        ]
+        return [h for h in self._hooks if event_type in h.events and h.matches(kind)]
 
     def has_hooks(self, kind: str) -> bool:
-        return any(h.kind is None or h.kind == kind for h in self._hooks)
+        return any(h.matches(kind) for h in self._hooks)
+
+    def remove_hook(self, registration: HookRegistration) -> None:
+        with self._lock:
+            self._hooks = tuple(h for h in self._hooks if h is not registration)
 
     def hooks(self) -> list[HookRegistration]:
         return list(self._hooks)

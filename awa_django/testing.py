@@ -226,13 +226,4 @@ def capture_events() -> Iterator[CapturedEvents]:
     try:
         yield captured
     finally:
-        _remove_hook(registration)
-
-
-def _remove_hook(registration: HookRegistration) -> None:
-    # The registry has no remove_hook yet: re-register everything except ours, keeping
-    # hooks added meanwhile (and their order).
-    remaining = [h for h in registry.hooks() if h is not registration]
-    registry.clear_hooks()
-    for hook in remaining:
-        registry.add_hook(hook)
+        registry.remove_hook(registration)

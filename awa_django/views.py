@@ -40,7 +40,7 @@ def _complete(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> J
 
 
 def _fail(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
-    return client.fail_external(callback_id, body.get("error"))  # type: ignore[arg-type]
+    return client.fail_external(callback_id, body.get("error"))
 
 
 def _retry(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:

@@ -41,7 +41,8 @@ def steps(pytest_args: Sequence[str]) -> list[tuple[str, list[str]]]:
         ("ruff format", [str(BIN / "ruff"), "format", "--check", "."]),
         ("migrations", [python, "manage.py", "makemigrations", "--check", "--dry-run"]),
         ("mypy", [str(BIN / "mypy"), "awa_django"]),
-        ("pytest", [python, "-m", "pytest", *pytest_args]),
+        # --durations names the slow tests, to keep the suite's time in check.
+        ("pytest", [python, "-m", "pytest", "--durations=10", *pytest_args]),
     ]
 
 

@@ -70,6 +70,14 @@ AWA = {
     "CALLBACK_SECRET": env("AWA_CALLBACK_SECRET"),
 }
 
+# Django's own @task functions run on awa too (docs/django-tasks.md).
+TASKS = {
+    "default": {
+        "BACKEND": "awa_django.backends.AwaBackend",
+        "QUEUES": ["default", "email"],
+    }
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

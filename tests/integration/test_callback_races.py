@@ -190,12 +190,12 @@ def test_complete_external_before_the_park_makes_the_park_stale(events):
 
 def test_a_park_blocked_behind_complete_external_matches_nothing(events):
     job = running_with_callback()
-    with transaction.atomic():
-        Client().complete_external(job.callback_id)
-        with raw_connection() as worker:
+    with raw_connection() as worker:
+        with transaction.atomic():
+            Client().complete_external(job.callback_id)
             parker = Racer(lambda: park(worker, job))
             wait_for_lock_waiters(1)
-    assert parker.join().error is None and parker.value == []
+        assert parker.join().error is None and parker.value == []
     assert state_of(job) == "completed"
     assert [type(e) for e in events] == [Completed]
 

@@ -149,3 +149,14 @@ def test_callback_url_reverses_each_action_under_the_mounted_prefix():
     )
     with pytest.raises(ValueError, match="action"):
         callback_url(cb, "resume")
+
+
+def test_known_answer_from_the_documented_shell_recipe():
+    # Computed with sha256sum and `openssl dgst -sha256 -hmac` (docs/callbacks.md).
+    path = "/awa/callbacks/0b7e5c2a-8a51-4f43-9d6c-2f1b1f0f6a11/fail"
+    headers = sign_callback_request(
+        "POST", path, b'{"error":"declined"}', secret="s3cret", timestamp=1767225600
+    )
+    assert headers[SIGNATURE_HEADER] == (
+        "v1=d3f18bd7271d5bf303cdb08ca3379c7952e491bb30835cb04ede57476e0d8591"
+    )

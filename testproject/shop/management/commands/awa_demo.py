@@ -87,7 +87,7 @@ class Command(BaseCommand):
     def _print_next_steps(self) -> None:
         self.stdout.write(
             "\nAll demo jobs ended as expected. Open the admin:\n"
-            "  make admin          (or: python manage.py runserver, same DATABASE_URL)\n"
+            "  make admin    serves it on this same database (python manage.py runserver)\n"
             "  http://127.0.0.1:8000/admin/                 log in as admin / admin\n"
             "  http://127.0.0.1:8000/admin/awa_django/job/  the job list\n"
             f"  {dashboard_hint()}\n"
