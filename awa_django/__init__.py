@@ -5,6 +5,7 @@ Public API only; see README.md for a tour.
 
 from __future__ import annotations
 
+from .callbacks import ResolveResult
 from .client import Client, aenqueue, aenqueue_many, client, enqueue, enqueue_many
 from .context import Job
 from .decorators import job, on_any_event, on_event, on_event_kind
@@ -21,6 +22,7 @@ from .events import (
 from .exceptions import (
     AwaError,
     CallbackNotFound,
+    InvalidCallbackOption,
     InvalidJobArgs,
     JobNotFound,
     PayloadTooLarge,
@@ -30,6 +32,7 @@ from .exceptions import (
     UnknownJobKind,
 )
 from .results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from .signing import callback_url, sign_callback_request
 from .snapshot import JobRow
 
 __all__ = [
@@ -42,12 +45,14 @@ __all__ = [
     "Completed",
     "Event",
     "Exhausted",
+    "InvalidCallbackOption",
     "InvalidJobArgs",
     "Job",
     "JobNotFound",
     "JobRow",
     "PayloadTooLarge",
     "Rescued",
+    "ResolveResult",
     "Retried",
     "RetryAfter",
     "SerializationError",
@@ -60,6 +65,7 @@ __all__ = [
     "WaitingForCallback",
     "aenqueue",
     "aenqueue_many",
+    "callback_url",
     "client",
     "enqueue",
     "enqueue_many",
@@ -67,4 +73,5 @@ __all__ = [
     "on_any_event",
     "on_event",
     "on_event_kind",
+    "sign_callback_request",
 ]

@@ -50,6 +50,15 @@ class CallbackNotFound(AwaError):
     """No pending callback with this id (unknown, timed out or already resolved)."""
 
 
+class InvalidCallbackOption(AwaError, ValueError):
+    """A callback operation got an option out of range (timeout, error text, default_action)."""
+
+
+class InvalidSignature(AwaError):
+    """The callback request's signature is missing, malformed, wrong or outside the replay
+    window."""
+
+
 class UniqueConflict(AwaError):
     """A job with the same unique key already exists in a conflicting state."""
 

@@ -29,7 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 
 from .conf import awa_settings
-from .exceptions import AwaError
+from .exceptions import InvalidSignature
 
 TIMESTAMP_HEADER = "X-Awa-Timestamp"
 SIGNATURE_HEADER = "X-Awa-Signature"
@@ -38,11 +38,6 @@ ACTIONS = ("complete", "fail", "retry", "heartbeat")
 
 _TIMESTAMP_RE = re.compile(r"^[0-9]{1,12}$")
 _SIGNATURE_RE = re.compile(r"^v1=([0-9a-f]{64})$")
-
-
-class InvalidSignature(AwaError):
-    """The callback request's signature is missing, malformed, wrong or outside the replay
-    window."""
 
 
 def canonical_string(timestamp: str, method: str, path: str, body: bytes) -> bytes:

@@ -15,9 +15,15 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .client import Client, InvalidCallbackOption
+from .client import Client
 from .conf import AwaSettings, awa_settings
-from .exceptions import CallbackNotFound, DatabaseUnavailable, PayloadTooLarge, SerializationError
+from .exceptions import (
+    CallbackNotFound,
+    DatabaseUnavailable,
+    InvalidCallbackOption,
+    PayloadTooLarge,
+    SerializationError,
+)
 from .signing import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -40,7 +46,7 @@ def _complete(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> J
 
 
 def _fail(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
-    return client.fail_external(callback_id, body.get("error"))
+    return client.fail_external(callback_id, body.get("error", ""))
 
 
 def _retry(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:

@@ -137,17 +137,3 @@ job_lock_by_callback = Statement(
     "job_lock_by_callback",
     f"SELECT {COLS} FROM awa_jobs_hot WHERE {_PENDING} FOR UPDATE",
 )
-
-# Params: ids int8[] (jobs a cancel just finalized). A second statement, so a fresh
-# snapshot: job_cancel_many deletes leases in the statement that cancels, but when that
-# statement had to wait for the row lock of a resume_external (which creates a lease) or a
-# claim, the lease committed meanwhile is invisible to its snapshot and would outlive the
-# job. Index: awa_active_leases primary key. (Belongs with sql/leases.py.)
-lease_delete_for_jobs = Statement(
-    "lease_delete_for_jobs",
-    """
-DELETE FROM awa_active_leases l USING awa_jobs_hot j
-WHERE l.job_id = ANY(%(ids)s::int8[]) AND j.id = l.job_id
-  AND j.state IN ('completed', 'failed', 'cancelled')
-""",
-)

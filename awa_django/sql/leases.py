@@ -16,3 +16,18 @@ WHERE l.job_id = t.id AND l.run_lease = t.run_lease
 RETURNING l.job_id, l.run_lease
 """,
 )
+
+
+# Params: ids int8[] (jobs a cancel just finalized). A second statement, so a fresh
+# snapshot: job_cancel_many deletes leases in the statement that cancels, but when that
+# statement had to wait for the row lock of a resume_external (which creates a lease) or a
+# claim, the lease committed meanwhile is invisible to its snapshot and would outlive the
+# job. Index: awa_active_leases primary key.
+lease_delete_for_jobs = Statement(
+    "lease_delete_for_jobs",
+    """
+DELETE FROM awa_active_leases l USING awa_jobs_hot j
+WHERE l.job_id = ANY(%(ids)s::int8[]) AND j.id = l.job_id
+  AND j.state IN ('completed', 'failed', 'cancelled')
+""",
+)

@@ -17,9 +17,10 @@ from django.db import connection
 from django.utils import timezone
 
 import awa_django
-from awa_django.client import Client, InvalidCallbackOption, ResolveResult
+from awa_django.callbacks import ResolveResult
+from awa_django.client import Client
 from awa_django.events import Completed, Exhausted, Retried
-from awa_django.exceptions import CallbackNotFound, SerializationError
+from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption, SerializationError
 from awa_django.models import ActiveLease, Job
 from awa_django.sql import callbacks as callbacks_sql
 from testproject.shop.jobs import SendReceipt
