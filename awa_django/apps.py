@@ -14,7 +14,7 @@ class AwaConfig(AppConfig):
     def ready(self) -> None:
         autodiscover_modules("jobs")
         from . import checks  # noqa: F401  (registers the system checks)
-        from .backends import install as install_task_backend
+        from .task_runner import install as install_task_backend
 
         # The django.tasks resolver and signal hook; a no-op unless TASKS uses AwaBackend.
         install_task_backend()

@@ -46,7 +46,9 @@ class ResolveResult:
 class CallbackResolution:
     """The callback verbs of `Client`; it supplies `using` and `_on_commit`."""
 
-    using: str
+    @property
+    def using(self) -> str:
+        raise NotImplementedError
 
     def _on_commit(self, events: Sequence[Event]) -> None:
         raise NotImplementedError

@@ -28,10 +28,10 @@ from awa_django.backends import (
     AwaTask,
     awa_priority,
     exception_path,
-    resolve,
 )
 from awa_django.models import Job
 from awa_django.registry import registry
+from awa_django.task_runner import resolve
 from awa_django.testing import drain
 from tests import tasks_for_tests as t
 from tests.factories import JobFactory

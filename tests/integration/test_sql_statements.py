@@ -452,6 +452,14 @@ def test_lease_heartbeat_many_is_one_statement(django_assert_num_queries: Any) -
     assert len(owned) == 30
 
 
+def test_lease_delete_for_jobs_drops_leases_of_finished_jobs_only() -> None:
+    finished, live = running(), running()
+    # A lease that outlived its job (a cancel whose snapshot missed a concurrent claim).
+    Job.objects.filter(id=finished.id).update(state="cancelled")
+    rows(leases_sql.lease_delete_for_jobs, ids=[finished.id, live.id])
+    assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [live.id]
+
+
 # -- job_promote_due ----------------------------------------------------------------------
 def test_job_promote_due_moves_due_deferred_jobs_and_counts_per_queue() -> None:
     past = timezone.now() - AGO
