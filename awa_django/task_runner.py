@@ -4,6 +4,7 @@ committed event. `AwaBackend` (backends.py) is the enqueue/result side."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from inspect import iscoroutinefunction
