@@ -100,23 +100,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_scenario(name: str, scenario: Any, options: Any, runs: int) -> list[dict[str, Any]]:
-    from . import database
-
+    """K runs of one scenario. A failed run is reported and tried once more (another
+    process may have restarted the server); a second failure abandons the scenario."""
     results: list[dict[str, Any]] = []
     for run in range(1, runs + 1):
-        print(f"[bench] {name} run {run}/{runs}", file=sys.stderr, flush=True)
+        for attempt in (1, 2):
+            print(f"[bench] {name} run {run}/{runs} (attempt {attempt})", file=sys.stderr)
+            line = measure(name, run, scenario, options)
+            emit(line)
+            if "error" not in line:
+                results.append(line)
+                break
+        else:
+            return results
+    return results
+
+
+def measure(name: str, run: int, scenario: Any, options: Any) -> dict[str, Any]:
+    from django.db import connection
+
+    from . import database
+
+    try:
         # Other work on the machine, or an old transaction anywhere in the cluster, skews
         # the figures: record both so such runs can be told apart.
         load, horizon = round(os.getloadavg()[0], 2), database.horizon_age()
-        try:
-            figures = scenario(options)
-            horizon = max(horizon, database.horizon_age())
-            line = {"scenario": name, "run": run, **figures}
-            line.update(loadavg_1m=load, oldest_other_xact_s=horizon)
-        except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
-            emit({"scenario": name, "run": run, "error": f"{type(exc).__name__}: {exc}"})
-            break
-        emit(line)
-        results.append(line)
-    return results
+        figures = scenario(options)
+        horizon = max(horizon, database.horizon_age())
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        connection.close()  # a broken connection must not fail the runs that follow
+        return {"scenario": name, "run": run, "error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "scenario": name,
+        "run": run,
+        **figures,
+        "loadavg_1m": load,
+        "oldest_other_xact_s": horizon,
+    }
