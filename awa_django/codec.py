@@ -5,10 +5,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import typing
 from typing import Any
 
 from .exceptions import InvalidJobArgs, PayloadTooLarge, SerializationError
+
+# A NUL character in a JSON string is the escape \u0000 preceded by an even number of
+# backslashes; after an odd number it is the literal text "\u0000", which jsonb accepts.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 _SIMPLE_TYPES: dict[Any, tuple[type, ...]] = {
     int: (int,),
@@ -26,7 +31,7 @@ def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
-    if "\\u0000" in text:
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
     if limit is not None and len(text) > limit:
         raise PayloadTooLarge(f"{what} is {len(text)} bytes of JSON; the limit is {limit}")
@@ -55,6 +60,9 @@ def decode_args(args_type: type | None, raw: Any) -> Any:
     for field_name, hint in _field_hints(args_type):
         if field_name in raw:
             _check_type(name, field_name, hint, raw[field_name])
+    if derived := _derived_fields(args_type):
+        # asdict() stored them; __init__ does not take them (__post_init__ recomputes them).
+        raw = {key: value for key, value in raw.items() if key not in derived}
     try:
         return args_type(**raw)
     except (TypeError, ValueError) as exc:
@@ -71,6 +79,12 @@ def _field_hints(args_type: type) -> tuple[tuple[str, Any], ...]:
     except Exception:  # unresolvable annotations: fall back to the constructor's checks
         hints = {}
     return tuple((f.name, hints.get(f.name)) for f in dataclasses.fields(args_type))
+
+
+@functools.cache
+def _derived_fields(args_type: type) -> frozenset[str]:
+    """Fields declared with init=False."""
+    return frozenset(f.name for f in dataclasses.fields(args_type) if not f.init)
 
 
 def _check_type(owner: str, field: str, hint: Any, value: Any) -> None:

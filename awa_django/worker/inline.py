@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
+from psycopg.pq import TransactionStatus
 
 from .. import hooks, storage
 from ..codec import dumps
@@ -73,6 +75,14 @@ def _queues_with_work(using: str) -> list[str]:
     )
 
 
+def _transaction_broken(using: str) -> bool:
+    wrapper = connections[using]
+    if wrapper.needs_rollback:
+        return True
+    raw = wrapper.connection
+    return raw is not None and raw.info.transaction_status == TransactionStatus.INERROR
+
+
 class _InlineRunner:
     """Runs one claimed attempt and writes its outcome; the inline `AttemptHost`."""
 
@@ -84,9 +94,7 @@ class _InlineRunner:
         started = time.monotonic()
         try:
             definition = load_handler(job)
-            result = definition.handler(job)
-            if asyncio.iscoroutine(result):
-                result = asyncio.run(result)
+            result = self._call(definition.handler, job)
             transition = plan(job.row, result)
         except Exception as exc:
             transition = plan_failure(job.row, exc)
@@ -94,6 +102,29 @@ class _InlineRunner:
             transition = self._complete(job, time.monotonic() - started)
         if transition is not None:
             self._transition(job, transition)
+
+    def _call(self, handler: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
+        """Run the handler. Inside a transaction (a test's), a query that failed in the
+        handler aborts it: roll back to before the handler so the outcome can be written.
+        In autocommit there is no savepoint and nothing to undo, as in a worker."""
+        # The wrapper's own methods: transaction.savepoint() is deprecated in Django 6.1 and
+        # its replacement does not exist in 6.0.
+        wrapper = connections[self.using]
+        savepoint = wrapper.savepoint()
+        try:
+            result = handler(job)
+            if asyncio.iscoroutine(result):
+                result = asyncio.run(result)
+        except Exception:
+            if savepoint is not None:
+                if _transaction_broken(self.using):
+                    wrapper.savepoint_rollback(savepoint)
+                else:
+                    wrapper.savepoint_commit(savepoint)
+            raise
+        if savepoint is not None:
+            wrapper.savepoint_commit(savepoint)
+        return result
 
     def _complete(self, job: Job[Any], seconds: float) -> Transition | None:
         try:

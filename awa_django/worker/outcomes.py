@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import traceback
 import uuid
 from dataclasses import asdict, dataclass
@@ -13,11 +15,16 @@ from typing import Any
 
 from ..events import Cancelled, Event, Exhausted, Retried, WaitingForCallback
 from ..exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
-from ..results import Cancel, RetryAfter, Snooze, WaitForCallback
+from ..results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from ..snapshot import JobRow
 from ..states import JobState
 
 TRACEBACK_LINES = 10
+# An error entry is stored on the hot row once per attempt: a handler whose exception text
+# is megabytes long must not bloat it.
+MAX_ERROR_CHARS = 8000
+# Ten years: far beyond any real delay, far inside PostgreSQL's interval range.
+MAX_DELAY_SECONDS = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +44,31 @@ class Transition:
         """Parameters of `job_set_state_if_running` for this transition of `row`."""
         values = asdict(self)
         del values["event"], values["reason"]
+        if values["error"] is not None:
+            # PostgreSQL text cannot hold NUL; an exception message may.
+            values["error"] = values["error"].replace("\x00", "\\x00")
         return {**values, "id": row.id, "run_lease": row.run_lease, "progress": progress}
 
 
 def plan(row: JobRow, result: Any = None) -> Transition | None:
-    """The transition for a handler that returned `result` (None: a plain completion)."""
+    """The transition for a handler that returned `result` (None: a plain completion).
+
+    Never raises: a malformed outcome (RetryAfter("soon"), Snooze(inf), WaitForCallback of
+    something that is not a token) fails the attempt like an exception would, instead of
+    leaving the job running until rescue runs it again, forever."""
+    try:
+        return _plan(row, result)
+    except (TypeError, ValueError) as exc:
+        return plan_failure(row, exc)
+
+
+def _plan(row: JobRow, result: Any) -> Transition | None:
     match result:
         case RetryAfter(seconds=seconds):
+            seconds = _delay(RetryAfter, seconds)
             if row.attempt >= row.max_attempts:
-                message = f"max_attempts exhausted (handler requested retry after {seconds}s)"
+                shown = int(seconds) if seconds.is_integer() else seconds
+                message = f"max_attempts exhausted (handler requested retry after {shown}s)"
                 return Transition(JobState.FAILED, Exhausted, error=message)
             return Transition(
                 JobState.RETRYABLE, Retried, run_at_mode="delay", delay_seconds=seconds
@@ -55,7 +78,7 @@ def plan(row: JobRow, result: Any = None) -> Transition | None:
                 JobState.SCHEDULED,
                 None,
                 run_at_mode="delay",
-                delay_seconds=seconds,
+                delay_seconds=_delay(Snooze, seconds),
                 attempt_refund=1,
                 finalize=False,
             )
@@ -68,9 +91,30 @@ def plan(row: JobRow, result: Any = None) -> Transition | None:
                 JobState.WAITING_EXTERNAL,
                 WaitingForCallback,
                 finalize=False,
-                callback_id=token.id,
+                callback_id=_callback_id(token),
             )
     return None
+
+
+def _delay(kind: type, seconds: object) -> float:
+    """Seconds (a number or a timedelta) as a float in 0..MAX_DELAY_SECONDS."""
+    if isinstance(seconds, dt.timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{kind.__name__} takes a number of seconds, got {seconds!r:.100}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{kind.__name__} takes a finite number of seconds, got {seconds!r}")
+    return min(max(float(seconds), 0.0), MAX_DELAY_SECONDS)
+
+
+def _callback_id(token: object) -> uuid.UUID:
+    if isinstance(token, CallbackToken):
+        return token.id
+    if isinstance(token, uuid.UUID):
+        return token  # the token's id: the park guard still checks it was registered
+    raise TypeError(
+        f"WaitForCallback takes the token register_callback() returned, got {token!r:.100}"
+    )
 
 
 def plan_failure(row: JobRow, error: BaseException) -> Transition:
@@ -100,14 +144,20 @@ def describe(error: BaseException) -> str:
         if kind.__module__ == "builtins"
         else (f"{kind.__module__}.{kind.__qualname__}")
     )
+    try:
+        message = str(error)
+        lines = "".join(traceback.format_exception(error)).rstrip().splitlines()
+    except Exception:  # an exception whose __str__ fails must still fail its job cleanly
+        message, lines = "<exception text unavailable>", []
     if isinstance(error, UnknownJobKind | InvalidJobArgs):
-        return str(error)  # our own message already says everything; no traceback noise
-    head = f"{name}: {error}"
-    lines = "".join(traceback.format_exception(error)).rstrip().splitlines()
+        return message[:MAX_ERROR_CHARS]  # our own message says everything; no traceback
     if len(lines) > TRACEBACK_LINES:
         dropped = len(lines) - TRACEBACK_LINES
         lines = [f"... ({dropped} lines truncated, full trace in logs)", *lines[-TRACEBACK_LINES:]]
-    return head + "\n" + "\n".join(lines)
+    text = f"{name}: {message}" + "\n" + "\n".join(lines)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 40] + "\n... (truncated, full text in logs)"
+    return text
 
 
 def event_for(transition: Transition, row: JobRow) -> Event:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from testproject.shop.demo import database_url
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Timings that make crash detection take about a second instead of minutes.
@@ -46,16 +48,14 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str =
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
-def database_url_for_tests() -> str:
-    s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
-    return f"postgres://{auth}@{s['HOST'] or 'localhost'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 class WorkerProcess:
     def __init__(self, args: list[str], log: Path) -> None:
         self.log = log
-        env = {**os.environ, "DATABASE_URL": database_url_for_tests(), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(connection.settings_dict),
+            "PYTHONUNBUFFERED": "1",
+        }
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "manage.py", "awa_worker", *args],

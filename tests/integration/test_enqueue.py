@@ -260,6 +260,11 @@ def test_args_that_json_cannot_hold_raise_serialization_error(data: Any) -> None
     assert not Job.objects.exists()
 
 
+def test_text_that_merely_looks_like_a_nul_escape_is_stored() -> None:
+    row = awa_django.enqueue(CoreEnqueueBlob(data="C:\\temp\\u0000.log"))
+    assert Job.objects.get(id=row.id).args == {"data": "C:\\temp\\u0000.log"}
+
+
 def test_args_must_be_a_dataclass_instance() -> None:
     with pytest.raises(SerializationError):
         awa_django.enqueue(42, kind="core_enqueue_number")

@@ -15,6 +15,7 @@ from typing import Any
 
 import factory
 import pytest
+from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
@@ -22,7 +23,7 @@ import awa_django
 from awa_django import storage
 from awa_django.events import Cancelled, Completed, Exhausted, Retried, Started
 from awa_django.exceptions import TerminalError
-from awa_django.models import Job
+from awa_django.models import ActiveLease, Job
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.sql import maintenance as maintenance_sql
 from awa_django.testing import capture_events
@@ -79,7 +80,31 @@ def core_outcome(job: awa_django.Job[CoreOutcome]) -> Any:
         return WaitForCallback(CallbackToken(id=uuid.uuid4(), timeout_at=timezone.now()))
     if mode == "park":
         return WaitForCallback(job.register_callback(timeout=60))
+    if mode == "odd":
+        return ODD_RESULTS[job.args.note]
+    if mode == "db_error":
+        Job.objects.filter(id=job.id).update(tags=["touched"])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")  # fails, and aborts a surrounding transaction
+        return None
+    if mode == "raise_nul":
+        raise CoreOutcomeBoom("binary \x00 in the message")
+    if mode == "bad_progress":
+        job.update_metadata({"started": timezone.now()})  # a datetime is not JSON
+        return RetryAfter(1)
     raise AssertionError(f"unknown mode {mode}")
+
+
+# Outcomes a handler may return by mistake: each must fail the attempt, never wedge the job.
+ODD_RESULTS: dict[str, Any] = {
+    "retry_inf": RetryAfter(float("inf")),
+    "retry_nan": RetryAfter(float("nan")),
+    "retry_text": RetryAfter("soon"),  # type: ignore[arg-type]
+    "snooze_inf": Snooze(float("inf")),
+    "park_junk": WaitForCallback("not a token"),  # type: ignore[arg-type]
+    "retry_timedelta": RetryAfter(dt.timedelta(minutes=2)),  # type: ignore[arg-type]
+    "snooze_huge": Snooze(1e20),
+}
 
 
 @dataclass
@@ -169,8 +194,9 @@ def test_events_of_a_completion(django_capture_on_commit_callbacks: Any) -> None
 
 def test_inline_completion_costs_three_queries(django_assert_num_queries: Any) -> None:
     enqueue("ok")
-    # claim, complete, and the claim that finds the queue empty.
-    with django_assert_num_queries(3):
+    # claim, complete, the claim that finds the queue empty, and (inside this test's
+    # transaction only) the savepoint around the handler and its release.
+    with django_assert_num_queries(5):
         assert run_available(QUEUE) == 1
 
 
@@ -333,6 +359,62 @@ def test_async_handler_outcomes_inline() -> None:
     failed = Job.objects.get(id=bad)
     assert failed.state == "retryable"
     assert failed.errors[0]["error"].startswith(f"{__name__}.CoreOutcomeBoom: async boom\n")
+
+
+# -- malformed outcomes ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name", ["retry_inf", "retry_nan", "retry_text", "snooze_inf", "park_junk"]
+)
+def test_a_malformed_outcome_fails_the_attempt_and_never_wedges_the_job(name: str) -> None:
+    job = run(enqueue("odd", note=name))
+    assert (job.state, job.attempt) == ("retryable", 1)
+    (entry,) = job.errors
+    assert entry["error"].split(":")[0] in ("TypeError", "ValueError")
+    assert not ActiveLease.objects.filter(job_id=job.id).exists()
+
+
+def test_retry_after_a_timedelta() -> None:
+    job = run(enqueue("odd", note="retry_timedelta"))
+    assert job.state == "retryable" and job.run_at - job.finalized_at == dt.timedelta(minutes=2)
+
+
+def test_a_huge_snooze_is_capped_at_ten_years() -> None:
+    job = run(enqueue("odd", note="snooze_huge"))
+    assert job.state == "scheduled"
+    assert job.run_at - job.attempted_at == dt.timedelta(days=3650)
+
+
+def test_an_exception_message_with_nul_is_stored_escaped() -> None:
+    job = run(enqueue("raise_nul"))
+    assert job.state == "retryable"
+    assert job.errors[0]["error"].startswith(f"{__name__}.CoreOutcomeBoom: binary \\x00 in")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="context.py must check progress is JSON when it is set (see the core-tests report)",
+)
+def test_progress_that_is_not_json_fails_the_attempt_with_a_clear_error() -> None:
+    job = run(enqueue("bad_progress"))
+    assert job.state == "retryable"
+    assert "SerializationError" in job.errors[0]["error"]
+
+
+# -- database errors in a handler -----------------------------------------------------------
+def test_a_failed_query_in_a_handler_is_a_retry_even_inside_a_transaction(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # This test runs inside a transaction (like a user's TestCase): the handler's failed
+    # query aborts it, yet the outcome is written and later jobs still run.
+    job_id = enqueue("db_error")
+    after = enqueue("ok")
+    with capture_events() as captured, django_capture_on_commit_callbacks(execute=True):
+        assert run_available(QUEUE) == 2
+    job = Job.objects.get(id=job_id)
+    assert (job.state, job.attempt) == ("retryable", 1)
+    assert job.errors[0]["error"].startswith("django.db.utils.DataError: division by zero")
+    assert Job.objects.get(id=after).state == "completed"
+    assert captured.names() == ["Started", "Retried", "Started", "Completed"]
 
 
 # -- bad input never crashes --------------------------------------------------------------

@@ -53,6 +53,18 @@ def test_dumps_rejects_nul_characters() -> None:
         dumps({"x": "a\x00b"}, what="args")
 
 
+@pytest.mark.parametrize("text", ["\\u0000", "C:\\users\\u0000.txt", "\\\\u0000"])
+def test_dumps_accepts_a_literal_backslash_u0000(text: str) -> None:
+    # Only a real NUL is a problem; the six characters `\u0000` are ordinary text.
+    assert json.loads(dumps({"x": text}, what="args"))["x"] == text
+
+
+@pytest.mark.parametrize("text", ["\x00", "\\\x00", "\\\\\x00", "ok\x00"])
+def test_dumps_rejects_nul_after_backslashes(text: str) -> None:
+    with pytest.raises(SerializationError, match="NUL"):
+        dumps({"x": text}, what="args")
+
+
 def test_dumps_limit_is_inclusive() -> None:
     text = dumps({"x": "y" * 10}, what="args")
     assert dumps({"x": "y" * 10}, what="args", limit=len(text)) == text
@@ -175,3 +187,21 @@ def test_decode_error_message_is_bounded() -> None:
     with pytest.raises(InvalidJobArgs) as caught:
         decode_args(CoreCodecArgs, huge)
     assert len(str(caught.value)) < 400
+
+
+def test_fields_outside_init_round_trip() -> None:
+    # asdict() stores every field, __init__ takes only init fields: derived fields are
+    # recomputed on decode, not rejected as unexpected.
+    @dataclass
+    class CoreCodecDerived:
+        price: int
+        doubled: int = field(init=False)
+
+        def __post_init__(self) -> None:
+            self.doubled = self.price * 2
+
+    stored = encode_args(CoreCodecDerived(price=3))
+    assert stored == {"price": 3, "doubled": 6}
+    assert decode_args(CoreCodecDerived, stored) == CoreCodecDerived(price=3)
+    with pytest.raises(InvalidJobArgs, match="unexpected"):
+        decode_args(CoreCodecDerived, {"price": 3, "nope": 1})

@@ -161,6 +161,54 @@ def test_contract_violation_message() -> None:
     assert t.error == "WaitForCallback returned without calling register_callback"
 
 
+# -- malformed outcomes never raise -------------------------------------------------------
+@pytest.mark.parametrize("seconds", [dt.timedelta(minutes=2), 120, 120.0])
+def test_delays_accept_numbers_and_timedeltas(seconds: Any) -> None:
+    for result in (RetryAfter(seconds), Snooze(seconds)):
+        t = plan(make_row(), result)
+        assert t is not None and t.delay_seconds == 120.0
+
+
+def test_delays_are_clamped_to_zero_and_ten_years() -> None:
+    assert plan(make_row(), RetryAfter(-5)).delay_seconds == 0.0  # type: ignore[union-attr]
+    huge = plan(make_row(), Snooze(1e20))
+    assert huge is not None and huge.delay_seconds == outcomes.MAX_DELAY_SECONDS
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        RetryAfter(float("inf")),
+        RetryAfter(float("nan")),
+        RetryAfter("soon"),  # type: ignore[arg-type]
+        RetryAfter(None),  # type: ignore[arg-type]
+        RetryAfter(True),
+        Snooze(float("-inf")),
+        Snooze([1]),  # type: ignore[arg-type]
+        WaitForCallback("not a token"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_malformed_outcome_fails_the_attempt_instead_of_raising(result: Any) -> None:
+    t = plan(make_row(attempt=1, max_attempts=3), result)
+    assert t is not None
+    assert (t.state, t.event, t.run_at_mode) == ("retryable", Retried, "backoff")
+    assert t.error is not None and t.error.split(":")[0] in ("TypeError", "ValueError")
+    last = plan(make_row(attempt=3, max_attempts=3), result)
+    assert last is not None and last.state == "failed"
+
+
+def test_wait_for_callback_accepts_the_token_id() -> None:
+    token_id = uuid.uuid4()
+    t = plan(make_row(), WaitForCallback(token_id))  # type: ignore[arg-type]
+    assert t is not None and (t.state, t.callback_id) == ("waiting_external", token_id)
+
+
+def test_params_escape_nul_characters_postgresql_cannot_store() -> None:
+    t = plan_failure(make_row(), raised(ValueError("bad\x00byte")))
+    params = t.params(make_row(), None)
+    assert "\x00" not in params["error"] and "bad\\x00byte" in params["error"]
+
+
 # -- describe -----------------------------------------------------------------------------
 def test_describe_builtin_has_no_module_prefix() -> None:
     text = describe(raised(ValueError("bad value")))
@@ -189,6 +237,22 @@ def test_describe_trims_a_long_traceback() -> None:
     assert lines[1].startswith("... (") and "truncated, full trace in logs)" in lines[1]
     assert len(lines) == 1 + 1 + outcomes.TRACEBACK_LINES
     assert lines[-1].endswith("CoreUnitBoom: deep")
+
+
+def test_describe_caps_a_huge_message() -> None:
+    text = describe(raised(ValueError("x" * 100_000)))
+    assert len(text) <= outcomes.MAX_ERROR_CHARS
+    assert text.startswith("ValueError: xxx") and text.endswith("(truncated, full text in logs)")
+
+
+def test_describe_survives_an_exception_whose_str_fails() -> None:
+    class CoreUnitUnprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    text = describe(raised(CoreUnitUnprintable()))
+    assert text.startswith(f"{__name__}.")
+    assert "CoreUnitUnprintable: <exception text unavailable>" in text
 
 
 def test_describe_keeps_a_short_traceback_whole() -> None:
