@@ -11,6 +11,7 @@ Every duration is in seconds (floats allowed, so tests can use fractions of a se
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -96,12 +97,50 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
             raise ImproperlyConfigured(
                 f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are concurrency and deadline.'
             ) from exc
-        if queue.concurrency < 1 or queue.deadline < 0:
+        if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
+            _is_number(queue.deadline) and queue.deadline >= 0
+        ):
             raise ImproperlyConfigured(
                 f'AWA["QUEUES"][{name!r}]: concurrency must be >= 1 and deadline >= 0.'
             )
         queues[name] = queue
     return queues
+
+
+_FIELD_TYPES = {f.name: str(f.type) for f in fields(AwaSettings)}
+_EXPECTED = {
+    "float": "a number of seconds >= 0",
+    "int": "a whole number >= 1",
+    "bool": "True or False",
+    "str": "a string",
+}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_scalar(name: str, value: object) -> None:
+    """A wrong type here is an ImproperlyConfigured now, not a TypeError in a worker later."""
+    annotation = _FIELD_TYPES[name]
+    base = annotation.removesuffix(" | None")
+    if value is None and base != annotation:
+        return
+    valid = {
+        "float": _is_number(value) and value >= 0,  # type: ignore[operator]
+        "int": _is_int(value) and value >= 1,  # type: ignore[operator]
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[base]
+    if not valid:
+        optional = " (or None)" if base != annotation else ""
+        raise ImproperlyConfigured(
+            f'AWA["{name.upper()}"] must be {_EXPECTED[base]}{optional}, got {value!r:.100}.'
+        )
 
 
 def load_settings() -> AwaSettings:
@@ -114,6 +153,8 @@ def load_settings() -> AwaSettings:
             f"Known: QUEUES, {', '.join(sorted(_SCALAR_KEYS))}."
         )
     kwargs: dict[str, Any] = {_SCALAR_KEYS[k]: v for k, v in raw.items() if k != "QUEUES"}
+    for name, value in kwargs.items():
+        _check_scalar(name, value)
     if "QUEUES" in raw:
         kwargs["queues"] = _parse_queues(raw["QUEUES"])
     return AwaSettings(**kwargs)

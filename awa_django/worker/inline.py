@@ -115,15 +115,16 @@ class _InlineRunner:
             result = handler(job)
             if asyncio.iscoroutine(result):
                 result = asyncio.run(result)
-        except Exception:
+        finally:
+            # Also when the handler caught its own database error and returned normally.
             if savepoint is not None:
                 if _transaction_broken(self.using):
+                    # Rolling back to before the handler repairs the transaction; Django
+                    # refuses every query, this one included, while the flag is set.
+                    wrapper.needs_rollback = False
                     wrapper.savepoint_rollback(savepoint)
                 else:
                     wrapper.savepoint_commit(savepoint)
-            raise
-        if savepoint is not None:
-            wrapper.savepoint_commit(savepoint)
         return result
 
     def _complete(self, job: Job[Any], seconds: float) -> Transition | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import factory
 import pytest
-from django.db import connection
+from django.db import DataError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -86,6 +86,16 @@ def core_outcome(job: awa_django.Job[CoreOutcome]) -> Any:
         Job.objects.filter(id=job.id).update(tags=["touched"])
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1 / 0")  # fails, and aborts a surrounding transaction
+        return None
+    if mode == "db_error_caught":
+        # The handler swallows its database errors, once plainly and once inside an atomic
+        # block without savepoint (which marks the outer transaction for rollback).
+        for savepoint in (True, False):
+            try:
+                with transaction.atomic(savepoint=savepoint), connection.cursor() as cursor:
+                    cursor.execute("SELECT 1 / 0")
+            except DataError:
+                pass
         return None
     if mode == "raise_nul":
         raise CoreOutcomeBoom("binary \x00 in the message")
@@ -197,6 +207,15 @@ def test_inline_completion_costs_three_queries(django_assert_num_queries: Any) -
     # claim, complete, the claim that finds the queue empty, and (inside this test's
     # transaction only) the savepoint around the handler and its release.
     with django_assert_num_queries(5):
+        assert run_available(QUEUE) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inline_completion_in_autocommit_costs_three_queries(
+    django_assert_num_queries: Any,
+) -> None:
+    enqueue("ok")
+    with django_assert_num_queries(3):  # claim, complete, the claim that finds nothing
         assert run_available(QUEUE) == 1
 
 
@@ -415,6 +434,11 @@ def test_a_failed_query_in_a_handler_is_a_retry_even_inside_a_transaction(
     assert job.errors[0]["error"].startswith("django.db.utils.DataError: division by zero")
     assert Job.objects.get(id=after).state == "completed"
     assert captured.names() == ["Started", "Retried", "Started", "Completed"]
+
+
+def test_a_handler_that_swallows_its_database_errors_still_completes() -> None:
+    job = run(enqueue("db_error_caught"))
+    assert (job.state, job.errors) == ("completed", [])
 
 
 # -- bad input never crashes --------------------------------------------------------------

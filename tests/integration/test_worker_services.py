@@ -149,6 +149,37 @@ def test_dispatcher_applies_the_queue_deadline_to_the_lease() -> None:
     assert lease.deadline_at - lease.claimed_at == dt.timedelta(seconds=42)
 
 
+def test_concurrent_dispatchers_never_claim_the_same_job() -> None:
+    JobFactory.create_batch(30)
+
+    async def main() -> list[list[int]]:
+        claimed: list[list[int]] = [[], []]
+        databases = [Database("default", f"awa-core-test-{i}", max_size=2) for i in (0, 1)]
+        for db in databases:
+            await db.open()
+        try:
+            dispatchers = []
+            for index, db in enumerate(databases):
+
+                async def execute(row: JobRow, release: Callable[[], None], i: int = index) -> None:
+                    claimed[i].append(row.id)
+                    release()
+
+                dispatchers.append(Dispatcher(QueueConfig(Q, 20), db, execute, f"w{index}", 1))
+            for _ in range(3):
+                await asyncio.gather(*(d.run_once() for d in dispatchers))
+            await asyncio.gather(*(t for d in dispatchers for t in d.tasks))
+        finally:
+            for db in databases:
+                await db.close()
+        return claimed
+
+    first, second = asyncio.run(main())
+    assert not set(first) & set(second)
+    assert len(first) + len(second) == 30
+    assert set(Job.objects.values_list("attempt", flat=True)) == {1}
+
+
 # -- completer ----------------------------------------------------------------------------
 def test_completer_batches_completions_into_one_statement_and_reports_stale_ones() -> None:
     JobFactory.create_batch(4)

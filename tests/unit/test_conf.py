@@ -41,6 +41,44 @@ def test_settings_are_re_read_on_every_call() -> None:
         assert awa_settings().poll_interval == 2.5
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("POLL_INTERVAL", "0.2"),
+        ("HEARTBEAT_INTERVAL", -1),
+        ("HEARTBEAT_STALENESS", float("nan")),
+        ("LEADER_TTL", True),
+        ("MAX_ARGS_BYTES", 1.5),
+        ("MAX_ARGS_BYTES", 0),
+        ("SYNC_THREADS", "4"),
+        ("CALLBACK_ALLOW_UNSIGNED", "yes"),
+        ("CALLBACK_SECRET", 123),
+        ("DATABASE", None),
+    ],
+)
+def test_scalar_settings_of_the_wrong_type_are_configuration_errors(key: str, value: Any) -> None:
+    # Caught here, not as a TypeError deep inside a running worker.
+    with pytest.raises(ImproperlyConfigured, match=rf'AWA\["{key}"\] must be'):
+        settings_from({key: value})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("POLL_INTERVAL", 1), ("SYNC_THREADS", None), ("SYNC_THREADS", 8), ("CALLBACK_SECRET", None)],
+)
+def test_scalar_settings_of_the_right_type_are_accepted(key: str, value: Any) -> None:
+    settings_from({key: value})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"concurrency": "4"}, {"concurrency": 2.5}, {"concurrency": True}, {"deadline": "60"}],
+)
+def test_queue_options_of_the_wrong_type_are_configuration_errors(options: Any) -> None:
+    with pytest.raises(ImproperlyConfigured, match="concurrency must be"):
+        settings_from({"QUEUES": {"a": options}})
+
+
 def test_unknown_setting_names_the_known_ones() -> None:
     with pytest.raises(ImproperlyConfigured, match=r"Unknown AWA setting\(s\): HEARTBEET") as e:
         settings_from({"HEARTBEET": 1})
