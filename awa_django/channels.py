@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-CANCEL_CHANNEL = "awa:cancel"
+# Not "awa:cancel": every queue channel starts with "awa:", so a queue named "cancel" would
+# collide with it. An underscore can never follow the "awa" of a queue channel.
+CANCEL_CHANNEL = "awa_cancel"
 _PREFIX = "awa:"
 _LIMIT = 63  # NAMEDATALEN - 1: longer names are an error in pg_notify()
 

@@ -143,7 +143,7 @@ class Client(CallbackResolution):
         priority = 2 if priority is None else priority
         if max_attempts is None:
             max_attempts = definition.max_attempts if definition else 25
-        _check_options(priority, max_attempts, tags, run_at)
+        _check_options(priority, max_attempts, tags, run_at, metadata)
         return _Insert(
             kind=kind,
             queue=queue,
@@ -202,21 +202,31 @@ def _dispatcher(event: Event) -> Callable[[], None]:
 
 
 def _check_options(
-    priority: int, max_attempts: int, tags: Sequence[str], run_at: dt.datetime | None
+    priority: int,
+    max_attempts: int,
+    tags: Sequence[str],
+    run_at: dt.datetime | None,
+    metadata: object,
 ) -> None:
-    if not isinstance(priority, int) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+    if not _whole(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         raise InvalidEnqueueOption(
             f"priority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} "
             f"(1 urgent .. 4 batch is the usual scale), got {priority!r}"
         )
-    if not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000:
+    if not _whole(max_attempts) or not 1 <= max_attempts <= 1000:
         raise InvalidEnqueueOption(f"max_attempts must be 1..1000, got {max_attempts!r}")
-    if isinstance(tags, str) or len(tags) > MAX_TAGS:
+    if not isinstance(tags, list | tuple) or len(tags) > MAX_TAGS:
         raise InvalidEnqueueOption(f"tags must be a list of at most {MAX_TAGS} strings")
     if not all(isinstance(t, str) and 0 < len(t) <= 200 for t in tags):
         raise InvalidEnqueueOption("each tag must be a non-empty string of at most 200 chars")
     if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.tzinfo is None):
         raise InvalidEnqueueOption("run_at must be a timezone-aware datetime")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidEnqueueOption(f"metadata must be a dict, got {type(metadata).__name__}")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _as_params(row: _Insert) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from .codec import dumps
 from .results import CallbackToken
 from .snapshot import JobRow
 
@@ -85,8 +86,7 @@ class Job(Generic[T]):
         progress["percent"] = max(0.0, min(100.0, float(percent)))
         if message is not None:
             progress["message"] = message
-        self._progress = progress
-        self._progress_dirty = True
+        self._set_progress(progress)
 
     def update_metadata(self, values: dict[str, Any]) -> None:
         """Shallow-merge `values` into `progress["metadata"]` (kept across retries)."""
@@ -94,6 +94,12 @@ class Job(Generic[T]):
             raise TypeError("update_metadata() takes a dict")
         progress = dict(self._progress or {})
         progress["metadata"] = {**progress.get("metadata", {}), **values}
+        self._set_progress(progress)
+
+    def _set_progress(self, progress: dict[str, Any]) -> None:
+        # Checked now, in the handler, so a value that cannot be stored fails this call
+        # with a clear SerializationError instead of the outcome write later.
+        dumps(progress, what=f"progress of job {self.id}")
         self._progress = progress
         self._progress_dirty = True
 

@@ -10,7 +10,7 @@ _J_COLS = ", ".join("j." + c for c in COLS.split(", "))
 
 # Params: ids int8[]. T19: any non-terminal job → cancelled. Rows are locked in id order.
 # A running or parked attempt loses its lease in the same statement (its later outcome is
-# stale) and its worker hears awa:cancel, inside this transaction, to set is_cancelled().
+# stale) and its worker hears awa_cancel, inside this transaction, to set is_cancelled().
 job_cancel_many = Statement(
     "job_cancel_many",
     f"""
@@ -30,7 +30,7 @@ WITH target AS (
     DELETE FROM awa_active_leases l USING cancelled c WHERE l.job_id = c.id
 )
 SELECT {COLS}, CASE WHEN prior_state IN ('running', 'waiting_external') THEN
-    pg_notify('awa:cancel', json_build_object('job_id', id, 'run_lease', run_lease)::text)::text
+    pg_notify('awa_cancel', json_build_object('job_id', id, 'run_lease', run_lease)::text)::text
     END
 FROM cancelled
 """,

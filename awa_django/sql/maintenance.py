@@ -35,7 +35,7 @@ FROM promoted GROUP BY queue
 # staleness_seconds (heartbeat) or nothing (deadline). Index: awa_leases_heartbeat_idx /
 # awa_leases_deadline_idx on the small lease table. Guard: the job must still be running
 # under that very lease. Rescue never fails a job; it applies backoff (decision 002).
-# Also sends awa:cancel hints so the attempt's own worker sets its is_cancelled() flag.
+# Also sends awa_cancel hints so the attempt's own worker sets its is_cancelled() flag.
 _RESCUE = """
 WITH stale AS (
     SELECT job_id, run_lease FROM awa_active_leases
@@ -59,7 +59,7 @@ WITH stale AS (
     WHERE j.id = r.job_id AND j.run_lease = r.run_lease AND j.state = 'running'
     RETURNING {cols}
 )
-SELECT {plain}, pg_notify('awa:cancel', json_build_object('job_id', id,
+SELECT {plain}, pg_notify('awa_cancel', json_build_object('job_id', id,
                                                           'run_lease', run_lease)::text)::text
 FROM rescued
 """

@@ -7,11 +7,14 @@ a timer. RETURNING tells each attempt whether its completion applied or was stal
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from ..snapshot import JobRow
 from ..sql import jobs as jobs_sql
 from .database import Database, retry_transient
+
+logger = logging.getLogger("awa_django.worker")
 
 BATCH_SIZE = 512
 
@@ -39,7 +42,13 @@ class Completer:
             self._wake.clear()
             await asyncio.sleep(0)  # let completions finishing in this tick join the batch
             while self._pending:
-                await self.run_once()
+                try:
+                    await self.run_once()
+                except Exception:
+                    # The batch's attempts were told (their futures carry the error); their
+                    # jobs stay running without heartbeats, so rescue re-runs them.
+                    logger.exception("completion flush failed")
+                    await asyncio.sleep(1.0)
 
     async def run_once(self) -> int:
         """Flush up to BATCH_SIZE queued completions in one statement."""
@@ -52,11 +61,17 @@ class Completer:
             "leases": [row.run_lease for row, _, _ in batch],
             "results": [result for _, result, _ in batch],
         }
-        rows = await retry_transient(
-            lambda: self.db.jobs(jobs_sql.job_complete_many, params),
-            f"completing {len(batch)} jobs",
-            self.forced,
-        )
+        try:
+            rows = await retry_transient(
+                lambda: self.db.jobs(jobs_sql.job_complete_many, params),
+                f"completing {len(batch)} jobs",
+                self.forced,
+            )
+        except Exception as exc:
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            raise
         applied = {row.id: row for row in rows or ()}
         for row, _, future in batch:
             if not future.done():

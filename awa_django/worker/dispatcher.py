@@ -90,7 +90,9 @@ class Dispatcher:
             try:
                 await self.run_once()
                 backoff.reset()
-            except TRANSIENT_ERRORS as exc:
+            except Exception as exc:
+                if not isinstance(exc, TRANSIENT_ERRORS):
+                    logger.exception("claiming from %r failed unexpectedly", self.queue.name)
                 delay = backoff.next_delay()
                 logger.warning(
                     "claiming from %r failed (%s); retrying in %.1fs", self.queue.name, exc, delay

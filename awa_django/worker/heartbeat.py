@@ -36,7 +36,8 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def run_once(self) -> int:
         """One beat for every in-flight attempt; returns how many leases are still owned.

@@ -1,5 +1,5 @@
 """The LISTEN connection: wakes dispatchers on their queue's channel and sets the cancel
-flag of an attempt named on `awa:cancel`. NOTIFY is only a hint: after every (re)connect
+flag of an attempt named on `awa_cancel`. NOTIFY is only a hint: after every (re)connect
 each dispatcher polls at once, so nothing that happened meanwhile is missed."""
 
 from __future__ import annotations

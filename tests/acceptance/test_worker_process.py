@@ -23,7 +23,7 @@ def listening(worker_count: int = 1) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name LIKE 'awa-worker%%' AND query = 'LISTEN \"awa:cancel\"'"
+            "AND application_name LIKE 'awa-worker%%' AND query = 'LISTEN \"awa_cancel\"'"
         )
         return cursor.fetchone()[0] >= worker_count
 

@@ -267,13 +267,13 @@ def test_cancel_without_permission_changes_nothing(client, operator):
 @pytest.mark.django_db(transaction=True)
 def test_cancel_of_a_running_job_signals_its_worker(client, operator):
     """The admin goes through Client.cancel_many, which tells the running attempt's worker
-    on `awa:cancel` in the cancelling transaction."""
+    on `awa_cancel` in the cancelling transaction."""
     operator(client, "cancel_job")
     job = JobFactory(state="running", run_lease=3)
     ActiveLease.objects.create(job_id=job.pk, run_lease=3, queue="default", worker_id="w")
     params = connection.get_connection_params()
     with psycopg.connect(**params, autocommit=True) as listener:
-        listener.execute('LISTEN "awa:cancel"')
+        listener.execute('LISTEN "awa_cancel"')
         run_action(client, "cancel_jobs", [job])
         payloads = wait_for_notifies(listener, deadline=5.0)
     assert states(job) == ["cancelled"]

@@ -1,5 +1,5 @@
 """Operator actions on real PostgreSQL: `Client.cancel` (T19) and `Client.retry` (T21).
-A cancelled attempt loses its lease, its worker hears `awa:cancel`, and whatever that
+A cancelled attempt loses its lease, its worker hears `awa_cancel`, and whatever that
 attempt reports later is stale."""
 
 from __future__ import annotations

@@ -409,10 +409,6 @@ def test_an_exception_message_with_nul_is_stored_escaped() -> None:
     assert job.errors[0]["error"].startswith(f"{__name__}.CoreOutcomeBoom: binary \\x00 in")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="context.py must check progress is JSON when it is set (see the core-tests report)",
-)
 def test_progress_that_is_not_json_fails_the_attempt_with_a_clear_error() -> None:
     job = run(enqueue("bad_progress"))
     assert job.state == "retryable"
