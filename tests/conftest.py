@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from awa_django.registry import registry
+from awa_django.registry import Registry, registry
 
 
-@pytest.fixture
-def clean_hooks():
-    """Hooks registered by a test are removed afterwards."""
+@pytest.fixture(autouse=True)
+def isolated_hooks() -> Iterator[Registry]:
+    """Hooks a test registers never leak into the next test: the hook list (and the
+    worker-started flag) are restored after every test."""
     before = registry.hooks()
     yield registry
     registry.clear_hooks()
     for hook in before:
         registry.add_hook(hook)
+    registry.mark_started(False)
+
+
+@pytest.fixture
+def clean_hooks(isolated_hooks: Registry) -> Registry:
+    """Explicit name for tests that register hooks (isolation itself is automatic)."""
+    return isolated_hooks
