@@ -31,3 +31,17 @@ WHERE l.job_id = ANY(%(ids)s::int8[]) AND j.id = l.job_id
   AND j.state IN ('completed', 'failed', 'cancelled')
 """,
 )
+
+
+# Params: staleness_seconds. Removes stale leases whose job no longer runs under them (a
+# worker died during a sequential callback wait, or a lease outlived its job): they guard
+# nothing, and leaving them would only mislead the dashboard. Index: awa_leases_heartbeat_idx.
+lease_delete_orphans = Statement(
+    "lease_delete_orphans",
+    """
+DELETE FROM awa_active_leases l
+WHERE l.heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s::float8)
+  AND NOT EXISTS (SELECT 1 FROM awa_jobs_hot j
+                  WHERE j.id = l.job_id AND j.run_lease = l.run_lease AND j.state = 'running')
+""",
+)

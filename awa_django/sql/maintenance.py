@@ -31,22 +31,23 @@ FROM promoted GROUP BY queue
 """,
 )
 
-# Stale-heartbeat and deadline rescue share one shape. Params: limit, and either
-# staleness_seconds (heartbeat) or nothing (deadline). Index: awa_leases_heartbeat_idx /
-# awa_leases_deadline_idx on the small lease table. Guard: the job must still be running
-# under that very lease. Rescue never fails a job; it applies backoff (decision 002).
-# Also sends awa_cancel hints so the attempt's own worker sets its is_cancelled() flag.
+# Stale-heartbeat and deadline rescue share one shape. Params: limit, message, and
+# staleness_seconds (heartbeat only). Index: awa_leases_heartbeat_idx /
+# awa_leases_deadline_idx on the small lease table, then the job's primary key.
+# Lock order: the job row first (FOR UPDATE OF j), then its lease — the order every other
+# writer (completer, outcomes, cancel, callback resolution) uses, so rescue cannot
+# deadlock with them. Guard: the job must still be running under that very lease.
+# Rescue never fails a job; it applies backoff (decision 002). The awa_cancel hint lets
+# the attempt's own worker, if alive, set its is_cancelled() flag.
 _RESCUE = """
 WITH stale AS (
-    SELECT job_id, run_lease FROM awa_active_leases
-    WHERE {condition}
-    ORDER BY job_id
+    SELECT j.id, j.run_lease
+    FROM awa_active_leases l
+    JOIN awa_jobs_hot j ON j.id = l.job_id AND j.run_lease = l.run_lease
+    WHERE {condition} AND j.state = 'running'
+    ORDER BY l.job_id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), released AS (
-    DELETE FROM awa_active_leases l USING stale s
-    WHERE l.job_id = s.job_id AND l.run_lease = s.run_lease
-    RETURNING l.job_id, l.run_lease
+    FOR UPDATE OF j SKIP LOCKED
 ), rescued AS (
     UPDATE awa_jobs_hot j
     SET state = 'retryable', finalized_at = now(), callback_id = NULL,
@@ -55,9 +56,12 @@ WITH stale AS (
             secs => least(power(2, j.attempt) * (1 + random() * 0.25), 86400)),
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'error', %(message)s::text, 'attempt', j.attempt, 'at', now()))
-    FROM released r
-    WHERE j.id = r.job_id AND j.run_lease = r.run_lease AND j.state = 'running'
+    FROM stale s
+    WHERE j.id = s.id AND j.run_lease = s.run_lease AND j.state = 'running'
     RETURNING {cols}
+), released AS (
+    DELETE FROM awa_active_leases l USING rescued r
+    WHERE l.job_id = r.id AND l.run_lease = r.run_lease
 )
 SELECT {plain}, pg_notify('awa_cancel', json_build_object('job_id', id,
                                                           'run_lease', run_lease)::text)::text
@@ -67,7 +71,7 @@ FROM rescued
 job_rescue_stale_heartbeat = Statement(
     "job_rescue_stale_heartbeat",
     _RESCUE.format(
-        condition="heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s::float8)",
+        condition="l.heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s::float8)",
         cols=_J_COLS,
         plain=COLS,
     ),
@@ -75,7 +79,7 @@ job_rescue_stale_heartbeat = Statement(
 
 job_rescue_deadline = Statement(
     "job_rescue_deadline",
-    _RESCUE.format(condition="deadline_at < now()", cols=_J_COLS, plain=COLS),
+    _RESCUE.format(condition="l.deadline_at < now()", cols=_J_COLS, plain=COLS),
 )
 
 # Params: limit. Index: awa_jobs_cb_timeout_idx (callback_timeout_at) WHERE

@@ -65,23 +65,21 @@ class Backoff:
 def without_flush_wait(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The same connection, committing without waiting for the WAL flush.
 
-    Only claims and heartbeats use it (decision 006): losing one of those commits in a
-    server crash loses no work — the job is simply still available, or its heartbeat a
-    little older — while every write that someone relies on (enqueue, completion, any
-    outcome, callback resolution) keeps PostgreSQL's full durability.
+    Only the heartbeat thread uses it (decision 006): a heartbeat lost in a server crash
+    only makes a lease look a little older. Claims must stay durable: a lost claim would
+    let the next claim hand out the same run_lease again.
     """
     options = f"{kwargs.get('options', '')} -c synchronous_commit=off".strip()
     return {**kwargs, "options": options}
 
 
 class Database:
-    """The runtime's connection pools plus the two ways services run named statements."""
+    """The runtime's connection pool plus the two ways services run named statements."""
 
     def __init__(self, alias: str, application_name: str, max_size: int) -> None:
         self.alias = alias
         self.kwargs = connection_kwargs(alias, application_name)
         self.pool = self._pool(self.kwargs, max_size, "awa-worker")
-        self.claim_pool = self._pool(without_flush_wait(self.kwargs), max_size, "awa-claims")
 
     @staticmethod
     def _pool(kwargs: dict[str, Any], max_size: int, name: str) -> psycopg_pool.AsyncConnectionPool:
@@ -97,20 +95,14 @@ class Database:
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
-        await self.claim_pool.open(wait=False)
 
     async def close(self) -> None:
         await self.pool.close(timeout=2.0)
-        await self.claim_pool.close(timeout=2.0)
 
     async def jobs(self, statement: Statement, params: storage.Params) -> list[JobRow]:
         async with self.pool.connection() as conn:
             return await storage.afetch_jobs(conn, statement, params)
 
-    async def claim(self, statement: Statement, params: storage.Params) -> list[JobRow]:
-        """Run a claim on a connection that does not wait for the WAL flush."""
-        async with self.claim_pool.connection() as conn:
-            return await storage.afetch_jobs(conn, statement, params)
 
     async def rows(self, statement: Statement, params: storage.Params) -> list[tuple[Any, ...]]:
         async with self.pool.connection() as conn:

@@ -53,7 +53,7 @@ class Dispatcher:
             return 0
         self.running += free  # reserve first: a slot is never promised twice
         try:
-            rows = await self.db.claim(
+            rows = await self.db.jobs(
                 jobs_sql.job_claim_many,
                 {
                     "queue": self.queue.name,

@@ -460,6 +460,19 @@ def test_lease_delete_for_jobs_drops_leases_of_finished_jobs_only() -> None:
     assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [live.id]
 
 
+def test_lease_delete_orphans_drops_stale_leases_whose_job_no_longer_runs_under_them() -> None:
+    orphan, stale_but_running, fresh_orphan = running(), running(), running()
+    Job.objects.filter(id__in=[orphan.id, fresh_orphan.id]).update(state="waiting_external")
+    ActiveLease.objects.filter(job_id__in=[orphan.id, stale_but_running.id]).update(
+        heartbeat_at=timezone.now() - AGO
+    )
+    rows(leases_sql.lease_delete_orphans, staleness_seconds=60)
+    # The running job's stale lease is rescue's business, a fresh lease is left alone.
+    assert sorted(ActiveLease.objects.values_list("job_id", flat=True)) == sorted(
+        [stale_but_running.id, fresh_orphan.id]
+    )
+
+
 # -- job_promote_due ----------------------------------------------------------------------
 def test_job_promote_due_moves_due_deferred_jobs_and_counts_per_queue() -> None:
     past = timezone.now() - AGO
@@ -519,7 +532,7 @@ def test_job_rescue_stale_heartbeat_never_fails_an_exhausted_job() -> None:
     assert (rescued.state, rescued.attempt) == ("retryable", 10)
 
 
-def test_job_rescue_stale_heartbeat_drops_an_orphan_lease_without_touching_the_job() -> None:
+def test_job_rescue_stale_heartbeat_leaves_an_orphan_lease_and_its_job_alone() -> None:
     row = running()
     # The job moved on (a newer run_lease) but an old lease row lingers.
     Job.objects.filter(id=row.id).update(run_lease=F("run_lease") + 1)
@@ -530,7 +543,7 @@ def test_job_rescue_stale_heartbeat_drops_an_orphan_lease_without_touching_the_j
         == []
     )
     assert snapshot(row.id) == before
-    assert not ActiveLease.objects.exists()
+    assert ActiveLease.objects.filter(job_id=row.id).exists()  # lease_delete_orphans' job
 
 
 def test_job_rescue_deadline_rescues_passed_deadlines_only() -> None:

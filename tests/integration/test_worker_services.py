@@ -75,7 +75,6 @@ def count_statements(db: Database) -> list[str]:
         return counted
 
     db.jobs = counting(db.jobs)  # type: ignore[method-assign]
-    db.claim = counting(db.claim)  # type: ignore[method-assign]
     db.rows = counting(db.rows)  # type: ignore[method-assign]
     return seen
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ...events import Rescued
 from ...snapshot import JobRow
+from ...sql import leases as leases_sql
 from ...sql import maintenance as maintenance_sql
 from ..database import Database
 
@@ -34,6 +35,7 @@ class Rescuer:
         for reason, row in rescued:
             logger.warning("rescued job %s (%s): %s", row.id, row.kind, reason)
             self.emit(Rescued(job=row, reason=reason))
+        await self.db.rows(leases_sql.lease_delete_orphans, {"staleness_seconds": self.staleness})
         return rescued
 
     async def _stale_heartbeats(self) -> list[JobRow]:
