@@ -15,8 +15,8 @@ from django.db import transaction
 
 import awa_django
 
-from . import cpu
 from . import database as db
+from . import procfs
 from .benchapp.jobs import BenchAsync, BenchSync, PickupAsync, PickupSync
 from .floor import run_enqueue_floor, run_floor
 from .stats import latency_ms
@@ -121,7 +121,7 @@ def _drain(
         observed = db.wait_until(
             lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
         )
-        worker_cpu, backend_cpu = cpu.process_group_cpu(worker.pid), cpu.backend_cpu()
+        worker_cpu, backend_cpu = procfs.worker_cpu(worker.pid), procfs.backend_cpu()
     counts = db.state_counts()
     if counts != {"completed": n}:
         raise RuntimeError(f"after the drain the jobs are {counts}, expected {n} completed")

@@ -8,6 +8,7 @@ time. Output goes to a log file whose tail is shown when something fails.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -18,8 +19,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from . import procfs
+
 REPO = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT = 30.0
+PR_SET_CHILD_SUBREAPER = 36
 
 
 class WorkerFailed(RuntimeError):
@@ -61,6 +65,7 @@ class WorkerProcess:
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> WorkerProcess:
+        become_subreaper()
         self._log = tempfile.NamedTemporaryFile(prefix="awa-bench-worker-", suffix=".log")
         self.started_at = time.time()
         self.process = subprocess.Popen(
@@ -85,13 +90,19 @@ class WorkerProcess:
                 self._log.close()
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """SIGTERM, wait up to `timeout`, then SIGKILL the whole process group."""
+        """SIGTERM, wait up to `timeout`, then SIGKILL its process group; finally kill any
+        process it left behind (children of a --processes supervisor have their own
+        process groups; as we are their subreaper they become our children)."""
         process = self.process
         if process is None:
             return
-        if process.poll() is not None:
-            self._kill_group_leftovers(process.pid)
-            return
+        try:
+            if process.poll() is None:
+                self._terminate(process, timeout)
+        finally:
+            self._kill_leftovers()
+
+    def _terminate(self, process: subprocess.Popen[bytes], timeout: float) -> None:
         began = time.monotonic()
         process.send_signal(signal.SIGTERM)
         try:
@@ -99,16 +110,18 @@ class WorkerProcess:
             self.stop_seconds = time.monotonic() - began
         except subprocess.TimeoutExpired:
             print(f"worker {process.pid} ignored SIGTERM: killing", file=sys.stderr)
-            os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
-        finally:
-            self._kill_group_leftovers(process.pid)
 
-    @staticmethod
-    def _kill_group_leftovers(pgid: int) -> None:
-        # Children of a --processes supervisor must not outlive it.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
+    def _kill_leftovers(self) -> None:
+        spared = {os.getpid(), *([self.profiler.pid] if self.profiler else [])}
+        for pid in set(procfs.tree(os.getpid())) - spared:
+            print(f"killing leftover worker process {pid}", file=sys.stderr)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
     # -- observation --------------------------------------------------------------------
     @property
@@ -128,6 +141,13 @@ class WorkerProcess:
             return ""
         text = Path(self._log.name).read_text(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (Linux prctl PR_SET_CHILD_SUBREAPER) so none escapes."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 # -- optional py-spy sampling of the worker (figures of profiled runs are not comparable) ---

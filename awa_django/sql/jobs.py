@@ -209,23 +209,30 @@ SELECT id FROM waiting
 """,
 )
 
-# Params: id, run_lease. Takes the payload resume_external left in metadata (and removes
-# it), once the job is running again under this attempt. Returns (state, has_payload,
-# payload): state tells a waiting handler whether it lost the job meanwhile.
+# Params: id. What a sequential wait polls every 200 ms: a plain read (no lock, no
+# transaction id, no write), so thousands of waiting handlers cost the wide row nothing.
+# Returns (state, run_lease, has_payload).
+job_wait_state = Statement(
+    "job_wait_state",
+    """
+SELECT state, run_lease, metadata ? '_awa_callback_result'
+FROM awa_jobs_hot WHERE id = %(id)s
+""",
+)
+
+# Params: id, run_lease. Takes the payload resume_external left in metadata (removing
+# it) once the job runs again under this attempt; returns it as JSON text, or no row.
 job_take_callback_result = Statement(
     "job_take_callback_result",
     """
 WITH current AS (
-    SELECT id, state, run_lease, metadata ? '_awa_callback_result' AS has_payload,
-           metadata -> '_awa_callback_result' AS payload
-    FROM awa_jobs_hot WHERE id = %(id)s
+    SELECT id, metadata -> '_awa_callback_result' AS payload FROM awa_jobs_hot
+    WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+      AND metadata ? '_awa_callback_result'
     FOR UPDATE
-), taken AS (
-    UPDATE awa_jobs_hot j SET metadata = j.metadata - '_awa_callback_result'
-    FROM current c
-    WHERE j.id = c.id AND c.has_payload AND c.state = 'running'
-      AND c.run_lease = %(run_lease)s
 )
-SELECT state, run_lease, has_payload, payload FROM current
+UPDATE awa_jobs_hot j SET metadata = j.metadata - '_awa_callback_result'
+FROM current c WHERE j.id = c.id
+RETURNING c.payload::text
 """,
 )

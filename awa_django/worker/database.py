@@ -103,7 +103,6 @@ class Database:
         async with self.pool.connection() as conn:
             return await storage.afetch_jobs(conn, statement, params)
 
-
     async def rows(self, statement: Statement, params: storage.Params) -> list[tuple[Any, ...]]:
         async with self.pool.connection() as conn:
             return await storage.afetch_rows(conn, statement, params)

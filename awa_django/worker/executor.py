@@ -9,6 +9,7 @@ the handler returns; the outcome is written after, and hooks run detached after 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import threading
@@ -92,7 +93,7 @@ class Executor:
                 )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from a handler must not end the worker
             logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, exc)
             return plan_failure(job.row, exc)
         return plan(job.row, result)
@@ -177,27 +178,29 @@ class Executor:
 
     async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
         params = {"id": job.id, "run_lease": job.run_lease, "callback_id": token.id}
-        await self.db.rows(jobs_sql.job_enter_wait, params)
+        entered = await self.db.rows(jobs_sql.job_enter_wait, params)
         while True:
-            rows = await self.db.rows(
-                jobs_sql.job_take_callback_result, {"id": job.id, "run_lease": job.run_lease}
-            )
-            if (
-                not rows
-                or rows[0][1] != job.run_lease
-                or rows[0][0]
-                not in (
-                    "running",
-                    "waiting_external",
-                )
-            ):
-                raise StaleAttempt(f"job {job.id} was rescued or cancelled while waiting")
-            state, _, has_payload, payload = rows[0]
-            if state == "running" and has_payload:
-                return payload
+            state = await self.db.rows(jobs_sql.job_wait_state, {"id": job.id})
+            if not state or state[0][1] != job.run_lease:
+                raise StaleAttempt(f"job {job.id} was rescued or re-claimed while waiting")
+            current, _, has_payload = state[0]
+            if current == "running" and has_payload:
+                return await self._take_callback_result(job)
+            if current != "waiting_external" or not entered:
+                # Not waiting (cancelled, timed out) or never entered the wait: this token
+                # is not the job's current callback, so no resume can ever come.
+                raise StaleAttempt(f"job {job.id} is not waiting for callback {token.id}")
             if job.is_cancelled():
                 raise StaleAttempt(f"job {job.id} cancelled while waiting for callback")
             await asyncio.sleep(CALLBACK_POLL_SECONDS)
+
+    async def _take_callback_result(self, job: Job[Any]) -> Any:
+        rows = await self.db.rows(
+            jobs_sql.job_take_callback_result, {"id": job.id, "run_lease": job.run_lease}
+        )
+        if not rows:
+            raise StaleAttempt(f"job {job.id} lost its callback result to another attempt")
+        return json.loads(rows[0][0])
 
     def register_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
         return self._from_thread(self.aregister_callback(job, timeout))

@@ -120,7 +120,11 @@ def _callback_id(token: object) -> uuid.UUID:
 def plan_failure(row: JobRow, error: BaseException) -> Transition:
     """The transition for a handler that raised `error` (or whose job cannot run)."""
     message = describe(error)
-    if isinstance(error, TerminalError | UnknownJobKind | InvalidJobArgs):
+    # SystemExit / KeyboardInterrupt from a handler would end the worker; retrying them
+    # would end the next worker too, so they fail the job at once.
+    if isinstance(
+        error, TerminalError | UnknownJobKind | InvalidJobArgs | SystemExit | KeyboardInterrupt
+    ):
         return Transition(JobState.FAILED, Exhausted, error=message, terminal=True)
     if row.attempt >= row.max_attempts:
         return Transition(JobState.FAILED, Exhausted, error=message)

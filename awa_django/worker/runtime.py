@@ -29,6 +29,7 @@ from .maintenance.promoter import Promoter
 from .maintenance.pruner import Pruner
 from .maintenance.rescuer import Rescuer
 from .registrar import REFRESH_SECONDS, Registrar
+from .supervisor import SUPERVISOR_ENV
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -51,7 +52,8 @@ class Runtime:
         self.worker_id = worker_id or new_worker_id()
         self.forced = False
         self._stop: asyncio.Event | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._tasks: list[asyncio.Future[Any]] = []
+        self._dispatching: list[asyncio.Future[Any]] = []
 
     # -- building -------------------------------------------------------------------------
     def _build(self) -> None:
@@ -125,12 +127,13 @@ class Runtime:
         self._install_signal_handlers()
         await self.db.open()
         self.heartbeat.start()
+        self._dispatching = [asyncio.ensure_future(d.run()) for d in self.dispatchers]
         self._spawn(
             self.listener.run(),
             self.completer.run(),
             self.maintenance.run(),
             self._registrar_loop(),
-            *(d.run() for d in self.dispatchers),
+            self._watch_supervisor(),
         )
         logger.info(
             "awa worker %s started: %s",
@@ -153,6 +156,15 @@ class Runtime:
             self.registrar.log_throughput()
             await asyncio.sleep(REFRESH_SECONDS)
 
+    async def _watch_supervisor(self) -> None:
+        supervisor = os.environ.get(SUPERVISOR_ENV)
+        if not supervisor:
+            return
+        while os.getppid() == int(supervisor):
+            await asyncio.sleep(1.0)
+        logger.warning("supervisor %s is gone: draining and exiting", supervisor)
+        self.request_stop()
+
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -174,6 +186,9 @@ class Runtime:
         self.registrar.shutting_down = True
         for dispatcher in self.dispatchers:
             await dispatcher.stop()
+        # A claim may be in flight: wait for each dispatcher loop to end so the attempts
+        # it returns are counted below and drained, not left running.
+        await asyncio.wait(self._dispatching, timeout=self.settings.shutdown_grace)
         self.inflight.cancel_all()  # cooperative: is_cancelled() tells handlers to wrap up
         running = {t for d in self.dispatchers for t in d.tasks}
         deadline = time.monotonic() + self.settings.shutdown_grace

@@ -4,6 +4,7 @@ tests can count attempts across processes."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -124,3 +125,14 @@ def _state(job_id: int) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT state FROM awa_jobs_hot WHERE id = %s", [job_id])
         return cursor.fetchone()[0]
+
+
+@dataclass
+class AccExit:
+    code: int = 3
+
+
+@awa_django.job(AccExit, queue="acc")
+def acc_exit(job: Job[AccExit]) -> None:
+    record(job)
+    sys.exit(job.args.code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -63,6 +64,7 @@ class WorkerProcess:
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                process_group=0,  # its own group, as under a shell: see signal_group()
             )
 
     @property
@@ -74,6 +76,10 @@ class WorkerProcess:
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
+
+    def signal_group(self, sig: int) -> None:
+        """Like a terminal's Ctrl-C: the signal reaches every process of the group."""
+        os.killpg(self.proc.pid, sig)
 
     def wait(self, timeout: float = 30) -> int:
         return self.proc.wait(timeout=timeout)
@@ -88,6 +94,9 @@ class WorkerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        # A supervisor's children notice their parent is gone and drain; make sure.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -192,3 +192,35 @@ def test_processes_flag_runs_several_workers_under_one_supervisor(start_worker):
     supervisor.signal(signal.SIGTERM)
     assert supervisor.wait(timeout=30) == 0
     assert not WorkerInstance.objects.exists()  # both children drained and deregistered
+
+
+def test_a_handler_calling_sys_exit_fails_its_job_and_the_worker_goes_on(start_worker):
+    from testproject.testjobs.jobs import AccExit
+
+    doomed = awa_django.enqueue(AccExit(3))
+    worker = start_worker("--queue", "acc=1")
+    wait_until(lambda: state_of(doomed.id) == "failed", what="the exiting job to fail")
+    assert "SystemExit" in Job.objects.get(id=doomed.id).errors[-1]["error"]
+    after = awa_django.enqueue(AccNoop(1))
+    wait_until(lambda: state_of(after.id) == "completed", what="the worker to go on")
+    assert worker.stop() == 0
+
+
+def test_grace_timeout_ends_the_process_even_while_a_sync_handler_runs(start_worker):
+    job = awa_django.enqueue(AccBlock(60.0))
+    worker = start_worker("--queue", "acc=1", "--shutdown-grace", "1")
+    wait_until(lambda: started(job.id), what="attempt to start")
+    began = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 1  # unclean: an attempt was left to rescue
+    assert time.monotonic() - began < 10
+
+
+def test_ctrl_c_on_the_supervisor_drains_its_children(start_worker):
+    job = awa_django.enqueue(AccSleep(1.0))
+    supervisor = start_worker("--queue", "acc=1", "--processes", "2")
+    wait_until(lambda: started(job.id), what="attempt to start")
+    supervisor.signal_group(signal.SIGINT)  # every process of the group gets SIGINT
+    assert supervisor.wait(timeout=30) == 0
+    assert state_of(job.id) == "completed"
+    assert "second stop signal" not in supervisor.output()

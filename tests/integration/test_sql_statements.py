@@ -413,17 +413,22 @@ def test_job_enter_wait_parks_in_place_and_lifts_the_deadline() -> None:
     assert (lease.run_lease, lease.deadline_at) == (row.run_lease, None)
 
 
+def test_job_wait_state_reads_state_lease_and_whether_a_payload_waits() -> None:
+    row = running()
+    assert rows(jobs_sql.job_wait_state, id=row.id) == [("running", row.run_lease, False)]
+    Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": None})
+    assert rows(jobs_sql.job_wait_state, id=row.id) == [("running", row.run_lease, True)]
+
+
 def test_job_take_callback_result_hands_the_payload_over_once() -> None:
     row = running()
     params = {"id": row.id, "run_lease": row.run_lease}
-    assert rows(jobs_sql.job_take_callback_result, **params) == [
-        ("running", row.run_lease, False, None)
-    ]
+    assert rows(jobs_sql.job_take_callback_result, **params) == []
     Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": {"ok": 1}, "k": 2})
     (taken,) = rows(jobs_sql.job_take_callback_result, **params)
-    assert taken[:3] == ("running", row.run_lease, True)
-    assert json.loads(taken[3]) == {"ok": 1}
+    assert json.loads(taken[0]) == {"ok": 1}
     assert snapshot(row.id)["metadata"] == {"k": 2}
+    assert rows(jobs_sql.job_take_callback_result, **params) == []  # once only
     # Another attempt's read does not consume the payload.
     Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": 1})
     rows(jobs_sql.job_take_callback_result, id=row.id, run_lease=row.run_lease + 1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -90,7 +92,14 @@ class Command(BaseCommand):
         if not logging.getLogger("awa_django").handlers and not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         registry.mark_started()
-        raise SystemExit(run_worker(settings, queues, options["worker_id"]))
+        code = run_worker(settings, queues, options["worker_id"])
+        # os._exit, not SystemExit: interpreter shutdown would join the job threads, so a
+        # sync handler still running after the grace period (or a slow sync hook) would
+        # keep the process alive. Its attempt is rescued; hooks are best-effort.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
 
     def _queues(
         self, configured: dict[str, QueueConfig], options: dict[str, Any]
@@ -107,8 +116,6 @@ class Command(BaseCommand):
 
     @staticmethod
     def _child_args() -> list[str]:
-        import sys
-
         args, skip = [], False
         for arg in sys.argv[2:]:
             if skip:
