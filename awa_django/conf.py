@@ -11,6 +11,7 @@ Every duration is in seconds (floats allowed, so tests can use fractions of a se
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -18,6 +19,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 # \Z, not $: `$` also matches before a trailing newline ("default\n" would pass).
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}\Z")
@@ -160,6 +163,14 @@ def load_settings() -> AwaSettings:
     return AwaSettings(**kwargs)
 
 
+@functools.cache
 def awa_settings() -> AwaSettings:
-    """The current settings (re-read each call so override_settings works in tests)."""
+    """The current settings, parsed once (enqueue reads them on every call) and parsed
+    again after `override_settings(AWA=...)` changes them."""
     return load_settings()
+
+
+@receiver(setting_changed)
+def _forget_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "AWA":
+        awa_settings.cache_clear()

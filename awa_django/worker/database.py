@@ -32,6 +32,16 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+_LIVENESS_DEFAULTS = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30000,  # ms: unacknowledged data (a write into a dead link)
+}
+
+
 def connection_kwargs(alias: str, application_name: str) -> dict[str, Any]:
     """psycopg.connect() arguments equivalent to Django's for `alias`."""
     wrapper = connections[alias]
@@ -43,6 +53,11 @@ def connection_kwargs(alias: str, application_name: str) -> dict[str, Any]:
     if "prepare_threshold" not in wrapper.settings_dict.get("OPTIONS", {}):
         params.pop("prepare_threshold", None)
     params.setdefault("application_name", application_name)
+    # A silently dead connection must fail in seconds, not after the kernel's TCP timeout
+    # (minutes), or every lease of this worker goes stale while it waits. The user's
+    # OPTIONS win where they set these.
+    for key, value in _LIVENESS_DEFAULTS.items():
+        params.setdefault(key, value)
     params["autocommit"] = True
     return params
 

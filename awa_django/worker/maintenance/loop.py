@@ -36,9 +36,11 @@ class MaintenanceLoop:
             # Renew at a third of the TTL so one late renewal never loses the lease.
             pause = self.elector.ttl / 3 if leading else self.election_interval
             self._next_election = now + pause
-        if not self.elector.still_valid():
-            return
         for index, (interval, run_once) in enumerate(self.services):
+            # Re-checked before every service: one slow step must not let the next one run
+            # on a lease that has meanwhile expired.
+            if not self.elector.still_valid():
+                return
             if now >= self._next_run[index]:
                 self._next_run[index] = now + interval
                 try:

@@ -6,6 +6,9 @@ from ...sql import maintenance as maintenance_sql
 from ..database import Database
 
 BATCH = 4096
+# Per run: a huge backlog is promoted over several ticks, so the leader lease is renewed
+# (and rescue runs) in between instead of waiting behind one long promotion.
+MAX_BATCHES = 32
 
 
 class Promoter:
@@ -14,9 +17,10 @@ class Promoter:
 
     async def run_once(self) -> int:
         total = 0
-        while True:
+        for _ in range(MAX_BATCHES):
             rows = await self.db.rows(maintenance_sql.job_promote_due, {"limit": BATCH})
             promoted = sum(count for _, count, _ in rows)
             total += promoted
             if promoted < BATCH:
-                return total
+                break
+        return total
