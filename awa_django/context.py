@@ -23,6 +23,7 @@ class AttemptHost(Protocol):
     async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken: ...
     async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any: ...
     def flush_progress(self, job: Job[Any]) -> None: ...
+    async def aflush_progress(self, job: Job[Any]) -> None: ...
 
 
 class Job(Generic[T]):
@@ -113,6 +114,10 @@ class Job(Generic[T]):
     def flush_progress(self) -> None:
         """Write buffered progress now instead of at the next heartbeat."""
         self._require_host().flush_progress(self)
+
+    async def aflush_progress(self) -> None:
+        """`flush_progress()` for async handlers."""
+        await self._require_host().aflush_progress(self)
 
     # -- cancellation -------------------------------------------------------------------
     def is_cancelled(self) -> bool:

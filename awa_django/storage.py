@@ -33,9 +33,18 @@ def django_cursor(using: str) -> Iterator[Any]:
         with connections[using].cursor() as cursor:
             yield cursor
     except DatabaseError as exc:
-        if isinstance(getattr(exc, "__cause__", None), psycopg.OperationalError):
+        if _unreachable(getattr(exc, "__cause__", None)):
             raise DatabaseUnavailable(f"database {using!r} is unavailable: {exc}") from exc
         raise
+
+
+def _unreachable(error: object) -> bool:
+    """A lost or refused connection (no SQLSTATE, class 08, or an admin shutdown) — not a
+    deadlock, serialization failure or timeout, which are OperationalErrors too."""
+    if not isinstance(error, psycopg.OperationalError):
+        return False
+    state = error.sqlstate or ""
+    return not state or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
 
 
 def fetch_jobs(using: str, statement: Statement, params: Params) -> list[JobRow]:

@@ -63,7 +63,6 @@ class Executor:
         self._loop_thread: int | None = None
         self._detached: set[asyncio.Task[None]] = set()
         self.completed_count = 0
-        self.failed_count = 0
 
     async def execute(self, row: JobRow, release: Callable[[], None]) -> None:
         """Run the attempt claimed as `row`; call `release()` once the handler returned."""
@@ -72,7 +71,7 @@ class Executor:
         job: Job[Any] = Job(row, None, host=self)
         self.inflight.add(job)
         try:
-            self._emit(Started(job=row))
+            self.emit(Started(job=row))
             started = time.monotonic()
             try:
                 transition = await self._run_handler(job)
@@ -116,7 +115,7 @@ class Executor:
             self._stale(job)
         else:
             self.completed_count += 1
-            self._emit(Completed(job=applied, duration=timedelta(seconds=seconds)))
+            self.emit(Completed(job=applied, duration=timedelta(seconds=seconds)))
         return None
 
     async def _transition(self, job: Job[Any], transition: Transition) -> None:
@@ -131,10 +130,8 @@ class Executor:
                 return await self._park_refused(job)
             return self._stale(job)
         row = rows[0]
-        if row.state == "failed":
-            self.failed_count += 1
         if transition.event is not None:
-            self._emit(event_for(transition, row))
+            self.emit(event_for(transition, row))
 
     async def _park_refused(self, job: Job[Any]) -> None:
         """The park matched nothing: either the callback was already resolved (the job
@@ -154,7 +151,7 @@ class Executor:
         )
 
     # -- events ---------------------------------------------------------------------------
-    def _emit(self, event: Event) -> None:
+    def emit(self, event: Event) -> None:
         """Dispatch detached: hooks never hold a slot, block claiming, or delay shutdown."""
         if not registry.has_hooks(event.job.kind):
             return
@@ -209,17 +206,12 @@ class Executor:
         return self._from_thread(self.await_for_callback(job, token))
 
     def flush_progress(self, job: Job[Any]) -> None:
+        self._from_thread(self.aflush_progress(job))
+
+    async def aflush_progress(self, job: Job[Any]) -> None:
         if job.take_progress() is not None:
-            self._from_thread(
-                self.db.rows(
-                    jobs_sql.job_progress_flush,
-                    {
-                        "id": job.id,
-                        "run_lease": job.run_lease,
-                        "progress": _progress_json(job),
-                    },
-                )
-            )
+            params = {"id": job.id, "run_lease": job.run_lease, "progress": _progress_json(job)}
+            await self.db.rows(jobs_sql.job_progress_flush, params)
 
     def _from_thread(self, coro: Coroutine[Any, Any, Any]) -> Any:
         loop = self.loop
@@ -227,8 +219,9 @@ class Executor:
         if threading.get_ident() == self._loop_thread:
             coro.close()
             raise RuntimeError(
-                "called the blocking variant from an async handler; use "
-                "`await job.aregister_callback()` / `await job.await_for_callback()`"
+                "called a blocking Job method from an async handler; use its async twin "
+                "(`await job.aregister_callback()`, `await job.await_for_callback()`, "
+                "`await job.aflush_progress()`)"
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 

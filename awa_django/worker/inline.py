@@ -199,3 +199,6 @@ class _InlineRunner:
                     "progress": dumps(progress, what="progress"),
                 },
             )
+
+    async def aflush_progress(self, job: Job[Any]) -> None:
+        self.flush_progress(job)

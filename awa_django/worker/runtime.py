@@ -106,7 +106,7 @@ class Runtime:
 
     def _on_rescued(self, event: Rescued) -> None:
         self.inflight.mark_cancelled(event.job.id, event.job.run_lease)
-        self.executor._emit(event)
+        self.executor.emit(event)
 
     # -- running --------------------------------------------------------------------------
     def run(self) -> int:
