@@ -221,6 +221,7 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_async": drain(BenchAsync),
     "slow_hook": drain(BenchAsync, slow_hook="async"),
     "slow_hook_sync": drain(BenchAsync, slow_hook="sync"),
+    "noop_hook": drain(BenchAsync, slow_hook="noop"),
     "drain_sync": drain(BenchSync),
     "drain_async_p2": drain(BenchAsync, processes=2),
     "drain_sync_p2": drain(BenchSync, processes=2),
@@ -233,6 +234,7 @@ GROUPS = {
     "enqueue": ["enqueue_one", "enqueue_many", "floor_enqueue"],
     "drain": ["drain_async", "drain_sync", "drain_async_p2", "drain_sync_p2"],
     "pinned": ["drain_async_pinned", "floor_pinned"],
+    "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
     "all": list(SCENARIOS),
 }
