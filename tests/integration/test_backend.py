@@ -45,17 +45,6 @@ AWA_TASKS = {
 AWA = {"QUEUES": {"default": {"concurrency": 2}, "email": {"concurrency": 2}}}
 
 
-@pytest.fixture(autouse=True)
-def isolated_hooks() -> Iterator[None]:
-    """An AwaBackend registers its signal hook for every kind when created; put the hook
-    list back afterwards so other test modules see the registry as they left it."""
-    before = registry.hooks()
-    yield
-    registry.clear_hooks()
-    for hook in before:
-        registry.add_hook(hook)
-
-
 @pytest.fixture
 def backend(settings: Any) -> AwaBackend:
     settings.TASKS = AWA_TASKS

@@ -14,7 +14,6 @@ from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from awa_django.registry import registry
 from awa_django.testing import drain
 from tests import tasks_for_tests as t
 
@@ -27,17 +26,6 @@ BACKENDS = {
 ALL_FIELDS = frozenset(
     {"status", "value", "errors", "attempts", "args", "kwargs", "finished", "stamped"}
 )
-
-
-@pytest.fixture(autouse=True)
-def isolated_hooks() -> Iterator[None]:
-    """An AwaBackend registers its signal hook for every kind when created; put the hook
-    list back afterwards so other test modules see the registry as they left it."""
-    before = registry.hooks()
-    yield
-    registry.clear_hooks()
-    for hook in before:
-        registry.add_hook(hook)
 
 
 def use_backend(settings: Any, name: str) -> None:

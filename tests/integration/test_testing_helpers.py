@@ -3,7 +3,6 @@ assert_not_enqueued, capture_events."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -26,17 +25,6 @@ from awa_django.testing import (
 from testproject.shop.jobs import ChargeCard, SendReceipt
 from tests import tasks_for_tests as t
 from tests.factories import JobFactory
-
-
-@pytest.fixture(autouse=True)
-def isolated_hooks() -> Iterator[None]:
-    """An AwaBackend registers its signal hook for every kind when created; put the hook
-    list back afterwards so other test modules see the registry as they left it."""
-    before = registry.hooks()
-    yield
-    registry.clear_hooks()
-    for hook in before:
-        registry.add_hook(hook)
 
 
 @dataclass
