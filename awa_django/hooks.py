@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Awaitable
+from concurrent.futures import Executor
 from typing import Any
 
 from django.db import close_old_connections
@@ -75,9 +76,12 @@ def _call_in_thread(hook: Any, event: Event) -> Any:
         close_old_connections()
 
 
-async def adispatch(event: Event, hooks: Registry = registry) -> None:
+async def adispatch(
+    event: Event, hooks: Registry = registry, threads: Executor | None = None
+) -> None:
     """Run every matching hook for `event` (the runtime's path): async hooks are awaited on
-    the loop, sync hooks run in a thread so they never block the loop."""
+    the loop, sync hooks run in `threads` (the loop's default executor if None) so they
+    never block the loop."""
     for registration in hooks.hooks_for(event.job.kind, type(event)):
         seen = _event_for(registration, event)
         if seen is None:
@@ -86,7 +90,9 @@ async def adispatch(event: Event, hooks: Registry = registry) -> None:
             if _is_async(registration.hook):
                 await registration.hook(seen)
             else:
-                result = await asyncio.to_thread(_call_in_thread, registration.hook, seen)
+                result = await asyncio.get_running_loop().run_in_executor(
+                    threads, _call_in_thread, registration.hook, seen
+                )
                 if inspect.isawaitable(result):
                     await result
         except Exception:

@@ -22,7 +22,6 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from .. import hooks
 from ..codec import decode_args, dumps
 from ..context import Job
 from ..events import Completed, Event, Started
@@ -33,6 +32,7 @@ from ..snapshot import JobRow
 from ..sql import jobs as jobs_sql
 from .completer import Completer
 from .database import Database, retry_transient
+from .hook_queue import HookQueue
 from .inflight import InFlight
 from .outcomes import Transition, contract_violation, event_for, plan, plan_failure
 
@@ -50,10 +50,12 @@ class Executor:
         completer: Completer,
         inflight: InFlight,
         threads: ThreadPoolExecutor,
+        hook_queue: HookQueue,
         max_result_bytes: int,
         forced: Callable[[], bool],
     ) -> None:
         self.db = db
+        self.hook_queue = hook_queue
         self.completer = completer
         self.inflight = inflight
         self.threads = threads
@@ -61,7 +63,6 @@ class Executor:
         self.forced = forced
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._detached: set[asyncio.Task[None]] = set()
         self.completed_count = 0
 
     async def execute(self, row: JobRow, release: Callable[[], None]) -> None:
@@ -152,12 +153,9 @@ class Executor:
 
     # -- events ---------------------------------------------------------------------------
     def emit(self, event: Event) -> None:
-        """Dispatch detached: hooks never hold a slot, block claiming, or delay shutdown."""
-        if not registry.has_hooks(event.job.kind):
-            return
-        task = asyncio.get_running_loop().create_task(hooks.adispatch(event))
-        self._detached.add(task)
-        task.add_done_callback(self._detached.discard)
+        """Hand a committed event to the hook queue: hooks never hold a slot, block
+        claiming or completion, or delay shutdown."""
+        self.hook_queue.put(event)
 
     # -- AttemptHost: what a running handler can ask of the runtime ----------------------
     async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken:

@@ -21,6 +21,7 @@ from .database import TRANSIENT_ERRORS, Database
 from .dispatcher import Dispatcher
 from .executor import Executor
 from .heartbeat import Heartbeat
+from .hook_queue import HookQueue
 from .inflight import InFlight
 from .listener import Listener
 from .maintenance.leader import LeaderElector
@@ -67,11 +68,13 @@ class Runtime:
             max_workers=s.sync_threads or slots, thread_name_prefix="awa-job"
         )
         self.completer = Completer(self.db, lambda: self.forced)
+        self.hook_queue = HookQueue()
         self.executor = Executor(
             self.db,
             self.completer,
             self.inflight,
             self.threads,
+            self.hook_queue,
             s.max_result_bytes,
             lambda: self.forced,
         )
@@ -131,6 +134,7 @@ class Runtime:
         self._spawn(
             self.listener.run(),
             self.completer.run(),
+            self.hook_queue.run(),
             self.maintenance.run(),
             self._registrar_loop(),
             self._watch_supervisor(),
@@ -220,6 +224,7 @@ class Runtime:
         await self.registrar.deregister()
         self.heartbeat.stop()
         self.threads.shutdown(wait=False, cancel_futures=True)
+        self.hook_queue.close()
         await self.db.close()
         logger.info("awa worker %s stopped", self.worker_id)
 

@@ -1,0 +1,59 @@
+"""The worker's hook queue: bounded, off the hot path, sync hooks on their own threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import replace
+
+import awa_django
+from awa_django.events import Completed, Started
+from awa_django.worker.hook_queue import HookQueue
+
+from .test_outcomes import make_row
+
+
+def test_events_of_kinds_without_hooks_are_not_even_queued() -> None:
+    async def scenario() -> int:
+        queue = HookQueue(capacity=5)
+        queue.put(Started(job=make_row(kind="unit_hq_nobody")))
+        return queue.queue.qsize()
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_a_full_queue_drops_and_counts_instead_of_blocking(clean_hooks) -> None:
+    awa_django.on_event_kind("unit_hq_full", lambda event: None)
+
+    async def scenario() -> tuple[int, int]:
+        queue = HookQueue(capacity=2)
+        for job_id in range(5):
+            queue.put(Completed(job=make_row(kind="unit_hq_full", id=job_id)))
+        queue.close()
+        return queue.queue.qsize(), queue.dropped
+
+    assert asyncio.run(scenario()) == (2, 3)
+
+
+def test_sync_hooks_run_on_the_queue_threads_in_registration_order(clean_hooks) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def first(event: Completed) -> None:
+        seen.append(("first", threading.current_thread().name))
+
+    async def second(event: Completed) -> None:
+        seen.append(("second", threading.current_thread().name))
+
+    awa_django.on_event_kind("unit_hq_order", first)
+    awa_django.on_event_kind("unit_hq_order", second)
+
+    async def scenario() -> None:
+        queue = HookQueue(capacity=10)
+        queue.put(Completed(job=replace(make_row(kind="unit_hq_order"), state="completed")))
+        await asyncio.wait_for(queue.run_once(), timeout=5)
+        queue.close()
+
+    asyncio.run(scenario())
+    assert [name for name, _ in seen] == ["first", "second"]
+    assert seen[0][1].startswith("awa-hook")  # not the loop's default executor
+    assert seen[1][1] == "MainThread"  # async hooks run on the loop
