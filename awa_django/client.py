@@ -19,7 +19,7 @@ from django.db import transaction
 from . import hooks, storage
 from .callbacks import CallbackResolution
 from .channels import channel_for
-from .codec import dumps, encode_args
+from .codec import dumps, encode_args_json
 from .conf import awa_settings, validate_queue_name
 from .events import Cancelled, Event
 from .exceptions import (
@@ -51,6 +51,11 @@ class _Insert:
     run_at: dt.datetime | None
     metadata: str
     tags: list[str]
+
+    @property
+    def tags_json(self) -> str:
+        # PostgreSQL has no ragged text[][]: job_insert_many takes each row's tags as JSON.
+        return dumps(self.tags, what="tags")
 
 
 class Client(CallbackResolution):
@@ -99,27 +104,29 @@ class Client(CallbackResolution):
     ) -> list[int]:
         """Insert many jobs (args instances sharing the given options) in one statement and
         one round trip, in the caller's transaction; returns their ids in input order."""
-        rows = [
-            self._prepare(a, None, queue, priority, run_at, max_attempts, tags, metadata)
-            for a in jobs
-        ]
-        if not rows:
+        limit = awa_settings().max_args_bytes
+        # Options are resolved once per args type (they are shared by every job of it);
+        # per job only its args are serialised. This loop is the bulk-insert hot path.
+        prepared: dict[type, _Insert] = {}
+        columns: dict[str, list[Any]] = {name: [] for name in _MANY_COLUMNS}
+        for args in jobs:
+            template = prepared.get(type(args))
+            if template is None:
+                template = self._prepare(
+                    args, None, queue, priority, run_at, max_attempts, tags, metadata
+                )
+                prepared[type(args)] = template
+                encoded = template.args
+            else:
+                encoded = encode_args_json(args, what=f"args of {template.kind}", limit=limit)
+            _append_row(columns, template, encoded)
+        if not columns["kinds"]:
             return []
-        params = {
-            "kinds": [r.kind for r in rows],
-            "queues": [r.queue for r in rows],
-            "args": [r.args for r in rows],
-            "states": [r.state for r in rows],
-            "priorities": [r.priority for r in rows],
-            "max_attempts": [r.max_attempts for r in rows],
-            "run_ats": [r.run_at for r in rows],
-            "metadata": [r.metadata for r in rows],
-            "tags": [dumps(r.tags, what="tags") for r in rows],
-            "channels": sorted(
-                {channel_for(r.queue) for r in rows if r.state == JobState.AVAILABLE}
-            ),
-        }
-        return [r[0] for r in storage.fetch_rows(self.using, jobs_sql.job_insert_many, params)]
+        columns["channels"] = sorted(
+            {channel_for(t.queue) for t in prepared.values() if t.state == JobState.AVAILABLE}
+        )
+        rows = storage.fetch_rows(self.using, jobs_sql.job_insert_many, columns)
+        return [row[0] for row in rows]
 
     def _prepare(
         self,
@@ -147,7 +154,7 @@ class Client(CallbackResolution):
         return _Insert(
             kind=kind,
             queue=queue,
-            args=dumps(encode_args(args), what=f"args of {kind}", limit=settings.max_args_bytes),
+            args=encode_args_json(args, what=f"args of {kind}", limit=settings.max_args_bytes),
             state=JobState.AVAILABLE if run_at is None else JobState.SCHEDULED,
             priority=priority,
             max_attempts=max_attempts,
@@ -223,6 +230,31 @@ def _check_options(
         raise InvalidEnqueueOption("run_at must be a timezone-aware datetime")
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidEnqueueOption(f"metadata must be a dict, got {type(metadata).__name__}")
+
+
+_MANY_COLUMNS = (
+    "kinds",
+    "queues",
+    "args",
+    "states",
+    "priorities",
+    "max_attempts",
+    "run_ats",
+    "metadata",
+    "tags",
+)
+
+
+def _append_row(columns: dict[str, list[Any]], template: _Insert, args: str) -> None:
+    columns["kinds"].append(template.kind)
+    columns["queues"].append(template.queue)
+    columns["args"].append(args)
+    columns["states"].append(template.state)
+    columns["priorities"].append(template.priority)
+    columns["max_attempts"].append(template.max_attempts)
+    columns["run_ats"].append(template.run_at)
+    columns["metadata"].append(template.metadata)
+    columns["tags"].append(template.tags_json)
 
 
 def _whole(value: object) -> bool:

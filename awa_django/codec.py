@@ -31,11 +31,33 @@ def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
+    return _checked(text, what, limit)
+
+
+def _checked(text: str, what: str, limit: int | None) -> str:
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
     if limit is not None and len(text) > limit:
         raise PayloadTooLarge(f"{what} is {len(text)} bytes of JSON; the limit is {limit}")
     return text
+
+
+def encode_args_json(args: Any, *, what: str, limit: int | None = None) -> str:
+    """`dumps(encode_args(args))` without building the intermediate dict tree: json calls
+    `_plain` for each dataclass it meets, nested ones included."""
+    if isinstance(args, dict) or (dataclasses.is_dataclass(args) and not isinstance(args, type)):
+        try:
+            text = json.dumps(args, separators=(",", ":"), allow_nan=False, default=_plain)
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
+        return _checked(text, what, limit)
+    return dumps(encode_args(args), what=what, limit=limit)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def encode_args(args: Any) -> dict[str, Any]:

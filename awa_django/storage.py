@@ -29,8 +29,20 @@ def _rows_to_jobs(names: list[str], rows: list[tuple[Any, ...]]) -> list[JobRow]
 # -- client side: Django's connection ----------------------------------------------------
 @contextmanager
 def django_cursor(using: str) -> Iterator[Any]:
+    """A cursor on Django's connection `using` (so it joins the caller's transaction) that
+    binds parameters server-side, as the runtime does: the named statements were written
+    for it, and bulk arrays then travel as parameters instead of being quoted into the SQL
+    text. It is still Django's cursor wrapper, so query logging, execute wrappers and
+    assertNumQueries see every statement."""
+    wrapper = connections[using]
     try:
-        with connections[using].cursor() as cursor:
+        with wrapper.cursor() as checked:  # connection, thread and transaction checks
+            del checked
+        raw = psycopg.Cursor(wrapper.connection)
+        cursor = (
+            wrapper.make_debug_cursor(raw) if wrapper.queries_logged else wrapper.make_cursor(raw)
+        )
+        with cursor:
             yield cursor
     except DatabaseError as exc:
         if _unreachable(getattr(exc, "__cause__", None)):
