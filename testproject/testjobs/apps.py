@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from django.apps import AppConfig
 
@@ -17,6 +18,13 @@ class TestJobsConfig(AppConfig):
         awa_django.on_event_kind("acc_sleep", record_hook)
         for kind in ("acc_block", "acc_park", "acc_wait_in_place", "acc_async_wait_in_place"):
             awa_django.on_event_kind(kind, record_hook)
+        awa_django.on_event_kind("acc_slow_hooked", record_hook)
+        awa_django.on_event_kind("acc_slow_hooked", sleepy_hook, events={awa_django.Completed})
+
+
+def sleepy_hook(event: object) -> None:
+    """A hook far slower than any shutdown grace: the worker must not wait for it."""
+    time.sleep(60)
 
 
 def record_hook(event: object) -> None:

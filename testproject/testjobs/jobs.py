@@ -85,12 +85,13 @@ class AccPark:
     resolves the callback while the job is still running (the early-resolution race)."""
 
     hold: bool = False
+    timeout: float = 600
 
 
 @awa_django.job(AccPark, queue="acc")
 def acc_park(job: Job[AccPark]) -> awa_django.WaitForCallback:
     record(job)
-    token = job.register_callback(timeout=600)
+    token = job.register_callback(timeout=job.args.timeout)
     if job.args.hold:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and _state(job.id) == "running":
@@ -136,3 +137,13 @@ class AccExit:
 def acc_exit(job: Job[AccExit]) -> None:
     record(job)
     sys.exit(job.args.code)
+
+
+@dataclass
+class AccSlowHooked:
+    """A no-op whose Completed hook sleeps (see apps.py): shutdown must not wait for it."""
+
+
+@awa_django.job(AccSlowHooked, queue="acc")
+def acc_slow_hooked(job: Job[AccSlowHooked]) -> None:
+    record(job)

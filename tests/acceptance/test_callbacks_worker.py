@@ -64,3 +64,14 @@ def test_wait_for_callback_resumes_the_handler_in_place(start_worker, args):
     assert "_awa_callback_result" not in finished.metadata
     assert finished.run_lease == 1  # resumed in place, not re-run
     assert worker.stop() == 0
+
+
+def test_an_expired_callback_is_rescued_in_the_leader_with_its_reason(start_worker):
+    job = awa_django.enqueue(AccPark(timeout=0.5), max_attempts=1)
+    start_worker("--queue", "acc=1")
+    wait_until(lambda: row(job.id).state == "failed", timeout=20, what="callback timeout")
+    assert row(job.id).errors[-1]["error"] == "callback timed out"
+    wait_until(
+        HookCall.objects.filter(job_id=job.id, event="Rescued", detail="expired_callback").exists,
+        what="Rescued(expired_callback) from the leader",
+    )

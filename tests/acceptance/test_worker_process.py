@@ -224,3 +224,31 @@ def test_ctrl_c_on_the_supervisor_drains_its_children(start_worker):
     assert supervisor.wait(timeout=30) == 0
     assert state_of(job.id) == "completed"
     assert "second stop signal" not in supervisor.output()
+
+
+def test_unknown_kinds_and_bad_args_fail_their_jobs_and_the_worker_goes_on(start_worker):
+    unknown = awa_django.enqueue({"x": 1}, kind="acc_no_such_kind", queue="acc")
+    bad_args = awa_django.enqueue({"seconds": "soon"}, kind="acc_sleep", queue="acc")
+    worker = start_worker("--queue", "acc=2")
+    wait_until(lambda: state_of(unknown.id) == state_of(bad_args.id) == "failed", what="fail")
+    assert (
+        Job.objects.get(id=unknown.id).errors[-1]["error"] == "unknown job kind: acc_no_such_kind"
+    )
+    assert "args do not fit AccSleep" in Job.objects.get(id=bad_args.id).errors[-1]["error"]
+    after = awa_django.enqueue(AccNoop(1))
+    wait_until(lambda: state_of(after.id) == "completed", what="the worker to go on")
+    assert worker.stop() == 0
+
+
+def test_shutdown_does_not_wait_for_a_slow_hook(start_worker):
+    from testproject.testjobs.jobs import AccSlowHooked
+
+    job = awa_django.enqueue(AccSlowHooked())
+    worker = start_worker("--queue", "acc=1", "--shutdown-grace", "30")
+    wait_until(
+        HookCall.objects.filter(job_id=job.id, event="Completed").exists, what="hooks to start"
+    )
+    began = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0  # the 60 s hook is abandoned, not awaited
+    assert time.monotonic() - began < 10
