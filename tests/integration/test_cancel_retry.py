@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import factory
-import psycopg
 import pytest
 from django.utils import timezone
-from psycopg import sql
 
 import awa_django
 from awa_django import storage
@@ -25,10 +23,10 @@ from awa_django.models import ActiveLease, Job
 from awa_django.snapshot import JobRow
 from awa_django.sql import jobs as jobs_sql
 from awa_django.testing import capture_events
-from awa_django.worker.database import connection_kwargs
 from awa_django.worker.inline import run_available
 from awa_django.worker.outcomes import Transition
 from tests.factories import JobFactory as BaseJobFactory
+from tests.listening import Listener
 
 pytestmark = pytest.mark.django_db
 
@@ -65,25 +63,6 @@ def claim() -> JobRow:
 def running() -> JobRow:
     JobFactory()
     return claim()
-
-
-class Listener:
-    def __init__(self, *channels: str) -> None:
-        self.conn = psycopg.connect(**connection_kwargs("default", "awa-core-test-listen"))
-        for channel in channels:
-            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-
-    def next(self, timeout: float = 5.0) -> psycopg.Notify | None:
-        for notify in self.conn.notifies(timeout=timeout, stop_after=1):
-            return notify
-        return None
-
-    def assert_nothing_pending(self, channel: str) -> None:
-        """Notifications arrive in commit order: a marker heard first proves silence."""
-        with psycopg.connect(**connection_kwargs("default", "awa-core-test-marker")) as other:
-            other.execute("SELECT pg_notify(%s, 'marker')", [channel])
-        first = self.next()
-        assert first is not None and (first.channel, first.payload) == (channel, "marker")
 
 
 @pytest.fixture

@@ -10,13 +10,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.test import override_settings
 from django.utils import timezone
-from psycopg import sql
 
 import awa_django
 from awa_django.channels import channel_for
@@ -29,7 +27,7 @@ from awa_django.exceptions import (
     UnknownJobKind,
 )
 from awa_django.models import Job
-from awa_django.worker.database import connection_kwargs
+from tests.listening import Listener
 
 pytestmark = pytest.mark.django_db
 
@@ -53,31 +51,6 @@ class CoreEnqueuePlain:
 @dataclass
 class CoreEnqueueBlob:
     data: Any
-
-
-class Listener:
-    """A plain psycopg connection LISTENing on channels, like a worker's listener."""
-
-    def __init__(self, *channels: str) -> None:
-        self.conn = psycopg.connect(**connection_kwargs("default", "awa-core-test-listen"))
-        for channel in channels:
-            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-
-    def next(self, timeout: float = 5.0) -> psycopg.Notify | None:
-        for notify in self.conn.notifies(timeout=timeout, stop_after=1):
-            return notify
-        return None
-
-    def assert_nothing_pending(self, channel: str) -> None:
-        """Notifications arrive in commit order: if a marker sent now is the first thing
-        heard, nothing committed earlier was sent to `channel`."""
-        with psycopg.connect(**connection_kwargs("default", "awa-core-test-marker")) as other:
-            other.execute("SELECT pg_notify(%s, 'marker')", [channel])
-        first = self.next()
-        assert first is not None and (first.channel, first.payload) == (channel, "marker")
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 @pytest.fixture
