@@ -16,7 +16,7 @@ from .registry import Registry, registry
 
 @checks.register(checks.Tags.database, deploy=False)
 def check_postgresql(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    alias = getattr(settings, "AWA", {}).get("DATABASE", "default")
+    alias = (getattr(settings, "AWA", None) or {}).get("DATABASE", "default")
     if alias not in connections.databases:
         return [
             checks.Error(f'AWA["DATABASE"] names unknown database alias {alias!r}.', id="awa.E001")

@@ -38,7 +38,9 @@ def django_cursor(using: str) -> Iterator[Any]:
     try:
         with wrapper.cursor() as checked:  # connection, thread and transaction checks
             del checked
-        raw = psycopg.Cursor(wrapper.connection)
+        # Django's make_cursor/make_debug_cursor wrap any DB-API cursor (the stubs say
+        # CursorWrapper only).
+        raw: Any = psycopg.Cursor(wrapper.connection)
         cursor = (
             wrapper.make_debug_cursor(raw) if wrapper.queries_logged else wrapper.make_cursor(raw)
         )

@@ -19,11 +19,9 @@ from typing import Any
 from django.db.models import QuerySet
 from django.tasks import Task
 
-from . import storage
 from .events import ALL_EVENTS, Event
 from .models import Job
 from .registry import HookRegistration, kind_for, registry
-from .sql import maintenance as maintenance_sql
 from .states import JobState
 
 __all__ = [
@@ -38,7 +36,6 @@ __all__ = [
 # States of a job that is still waiting to run: what "enqueued" means here.
 WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 DRAIN_LIMIT = 10_000
-_PROMOTE_BATCH = 1000
 _LISTED = 20
 
 
@@ -76,11 +73,9 @@ def _available(queue: str | None, using: str) -> QuerySet[Job]:
 
 
 def _promote_due(using: str) -> None:
-    # Rows come back one per queue; a short batch means nothing due is left.
-    while True:
-        rows = storage.fetch_rows(using, maintenance_sql.job_promote_due, {"limit": _PROMOTE_BATCH})
-        if sum(row[1] for row in rows) < _PROMOTE_BATCH:
-            return
+    from .worker.inline import promote_due
+
+    promote_due(using=using)
 
 
 # -- assertions ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from ..exceptions import AwaError, StaleAttempt
 from ..models import Job as JobModel
 from ..results import CallbackToken
 from ..sql import jobs as jobs_sql
+from ..sql import maintenance as maintenance_sql
 from .executor import load_handler, result_as_json
 from .outcomes import Transition, contract_violation, event_for, plan, plan_failure
 
@@ -64,6 +65,18 @@ def run_available(
         if not claimed:
             return ran
     return ran
+
+
+def promote_due(*, using: str = "default", batch: int = 1000) -> int:
+    """Make every due scheduled/retryable job available now, as the leader would; returns
+    how many. (Inside a test transaction `now()` is the transaction's start.)"""
+    total = 0
+    while True:
+        rows = storage.fetch_rows(using, maintenance_sql.job_promote_due, {"limit": batch})
+        promoted = sum(row[1] for row in rows)  # one row per queue
+        total += promoted
+        if promoted < batch:
+            return total
 
 
 def _queues_with_work(using: str) -> list[str]:

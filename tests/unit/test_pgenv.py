@@ -1,18 +1,14 @@
 """The newcomer tooling in devtools/: the PostgreSQL wrapper, the check runner, the venv
-bootstrap. Everything here runs without the project database; the one test that starts a
-real embedded server gives it its own data folder."""
+bootstrap. Everything here runs without any database (the real embedded server is started
+in tests/acceptance/test_pgenv_server.py)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -189,40 +185,3 @@ def test_bootstrap_skips_a_python_that_does_not_run(tmp_path: Path) -> None:
         check=True,
     )
     assert version.stdout.strip() == "True"
-
-
-# -- a real embedded server ------------------------------------------------------------------
-@pytest.fixture
-def pg_root() -> Iterator[Path]:
-    # Not under tmp_path: as root the server runs as another user, who must be able to
-    # traverse every parent folder, and pytest keeps its own base folder private.
-    root = Path(tempfile.mkdtemp(prefix="awa-pgenv-test-"))
-    yield root / "pg"
-    pgenv.Embedded(root / "pg").stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.mark.timeout(120)
-def test_embedded_server_serves_the_command_then_stops(pg_root: Path) -> None:
-    probe = textwrap.dedent(
-        """
-        import os, psycopg
-        with psycopg.connect(os.environ["DATABASE_URL"]) as conn:
-            row = conn.execute("SELECT current_database(), rolsuper, rolcreatedb"
-                               " FROM pg_roles WHERE rolname = current_user").fetchone()
-        print(*row)
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    wrapper = [sys.executable, str(PROJECT_DIR / "devtools" / "pgenv.py"), "--root", str(pg_root)]
-    done = subprocess.run(
-        [*wrapper, "--", sys.executable, "-c", probe],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["awa_django", "True", "True"]
-    assert "embedded PostgreSQL stopped" in done.stderr
-    assert pgenv.Embedded(pg_root).running_port() is None

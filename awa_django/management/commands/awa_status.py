@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, ProgrammingError
+from django.db import DatabaseError, ProgrammingError, connections
 
 from ...conf import awa_settings
 from ...models import WorkerInstance
@@ -29,6 +29,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or awa_settings().database
+        if using not in connections.databases:
+            raise CommandError(f"unknown database alias {using!r}; see DATABASES in settings")
         if options["window"] < 1:
             raise CommandError("--window must be at least 1 minute")
         stats, workers = _collect(options["window"], using)
