@@ -7,6 +7,7 @@ Hooks are best-effort notifications; durable follow-up work belongs in a job.
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 
 import awa_django
@@ -42,7 +43,10 @@ def emit(line: str) -> None:
     # The timestamp lets the demo merge lines from the worker and the web process in order.
     stamped = f"{datetime.now(UTC).strftime('%H:%M:%S.%f')[:-3]} {line}"
     OBSERVED.append(stamped)
-    print(f"{PREFIX} {stamped}", flush=True)
+    # One write per line: hooks run on several threads, and print() writes the text and
+    # its newline separately, which interleaves lines.
+    sys.stdout.write(f"{PREFIX} {stamped}\n")
+    sys.stdout.flush()
 
 
 def log_event(event: Event) -> None:
