@@ -58,9 +58,20 @@ class JobRow:
     def from_tuple(cls, names: Sequence[str], values: Sequence[Any]) -> JobRow:
         return cls.from_mapping(dict(zip(names, values, strict=False)))
 
+    @classmethod
+    def from_row(cls, values: Sequence[Any]) -> JobRow:
+        """From a row whose first columns are RETURNING_COLUMNS, by position (the hot
+        path: claims, completions and enqueue build one per job)."""
+        decoded = list(values[: len(COLUMNS)])
+        for index in _JSON_INDEXES:
+            if isinstance(decoded[index], str):
+                decoded[index] = json.loads(decoded[index])
+        return cls(*decoded)
+
 
 _JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result")
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobRow))
+_JSON_INDEXES = tuple(COLUMNS.index(name) for name in _JSON_COLUMNS)
 # The column list every statement that returns a whole job row uses, in JobRow order.
 # jsonb columns come back as text on both sides: Django's connection returns jsonb as text
 # anyway, while the runtime's psycopg would decode it, and a decoded JSON string (a task

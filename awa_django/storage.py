@@ -15,15 +15,16 @@ import psycopg
 from django.db import DatabaseError, connections
 
 from .exceptions import DatabaseUnavailable
-from .snapshot import COLUMNS, JobRow
+from .snapshot import JobRow
 from .sql import Statement
 
 Params = Mapping[str, Any]
 
 
-def _rows_to_jobs(names: list[str], rows: list[tuple[Any, ...]]) -> list[JobRow]:
-    width = len(COLUMNS)
-    return [JobRow.from_tuple(names[:width], row[:width]) for row in rows]
+def _rows_to_jobs(rows: list[tuple[Any, ...]]) -> list[JobRow]:
+    # Every statement that returns jobs starts its select list with RETURNING_COLUMNS, in
+    # JobRow order, so rows are read by position (no per-call cursor.description).
+    return [JobRow.from_row(row) for row in rows]
 
 
 # -- client side: Django's connection ----------------------------------------------------
@@ -36,8 +37,10 @@ def django_cursor(using: str) -> Iterator[Any]:
     assertNumQueries see every statement."""
     wrapper = connections[using]
     try:
-        with wrapper.cursor() as checked:  # connection, thread and transaction checks
-            del checked
+        # What Django's cursor() does before creating one (async-safety, health check,
+        # connect); CursorWrapper.execute adds the thread and broken-transaction checks.
+        wrapper.close_if_health_check_failed()
+        wrapper.ensure_connection()
         # Django's make_cursor/make_debug_cursor wrap any DB-API cursor (the stubs say
         # CursorWrapper only).
         raw: Any = psycopg.Cursor(wrapper.connection)
@@ -65,8 +68,7 @@ def fetch_jobs(using: str, statement: Statement, params: Params) -> list[JobRow]
     """Run a statement that returns job rows, on Django's connection `using`."""
     with django_cursor(using) as cursor:
         cursor.execute(statement.sql, params)
-        names = [d[0] for d in cursor.description]
-        return _rows_to_jobs(names, cursor.fetchall())
+        return _rows_to_jobs(cursor.fetchall())
 
 
 def fetch_rows(using: str, statement: Statement, params: Params) -> list[tuple[Any, ...]]:
@@ -83,8 +85,7 @@ async def afetch_jobs(
     """Run a statement that returns job rows on a runtime connection (autocommit)."""
     async with conn.cursor() as cursor:
         await cursor.execute(statement.sql, params)
-        names = [d.name for d in cursor.description or ()]
-        return _rows_to_jobs(names, await cursor.fetchall())
+        return _rows_to_jobs(await cursor.fetchall())
 
 
 async def afetch_rows(
