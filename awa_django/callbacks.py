@@ -79,7 +79,7 @@ class CallbackResolution:
             rows = storage.fetch_rows(self.using, callbacks_sql.job_retry_external, params)
             if not rows:
                 raise _not_found(callback_id, "retry_external")
-            job = JobRow.from_tuple(COLUMNS, rows[0])
+            job = JobRow.from_row(rows[0])
             parked_attempt = rows[0][len(COLUMNS)]
             self._on_commit([Retried(job=job, attempt=parked_attempt, next_run_at=job.run_at)])
         return job
