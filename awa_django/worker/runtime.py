@@ -58,11 +58,19 @@ class Runtime:
 
     # -- building -------------------------------------------------------------------------
     def _build(self) -> None:
+        self.db = Database(
+            self.settings.database,
+            f"awa-worker {self.worker_id}",
+            max_size=4 + 2 * len(self.queues),
+        )
+        self._build_execution()
+        self._build_maintenance()
+
+    def _build_execution(self) -> None:
+        """Claiming, running and finishing attempts: dispatchers, executor, completer,
+        heartbeat, listener and the hook queue."""
         s = self.settings
         slots = sum(q.concurrency for q in self.queues)
-        self.db = Database(
-            s.database, f"awa-worker {self.worker_id}", max_size=4 + 2 * len(self.queues)
-        )
         self.inflight = InFlight()
         self.threads = ThreadPoolExecutor(
             max_workers=s.sync_threads or slots, thread_name_prefix="awa-job"
@@ -84,6 +92,10 @@ class Runtime:
         ]
         self.listener = Listener(self.db, self.dispatchers, self.inflight)
         self.heartbeat = Heartbeat(self.db, self.inflight, s.heartbeat_interval)
+
+    def _build_maintenance(self) -> None:
+        """Leader election, the maintenance services it schedules, and the registrar."""
+        s = self.settings
         self.elector = LeaderElector(self.db, self.worker_id, s.leader_ttl)
         self.rescuer = Rescuer(self.db, s.heartbeat_staleness, self._on_rescued)
         self.maintenance = MaintenanceLoop(
