@@ -104,6 +104,10 @@ class Job(Generic[T]):
         self._progress = progress
         self._progress_dirty = True
 
+    def progress_json(self) -> str | None:
+        """The current progress as JSON, written atomically with the attempt's outcome."""
+        return None if self._progress is None else dumps(self._progress, what="progress")
+
     def take_progress(self) -> dict[str, Any] | None:
         """The buffered progress if it changed since the last flush (runtime use)."""
         if not self._progress_dirty:

@@ -80,4 +80,5 @@ class Completer:
         return len(applied)
 
     def pending(self) -> int:
+        """Completions queued and not yet taken by a flush."""
         return len(self._pending)

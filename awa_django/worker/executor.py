@@ -34,7 +34,7 @@ from .completer import Completer
 from .database import Database, retry_transient
 from .hook_queue import HookQueue
 from .inflight import InFlight
-from .outcomes import Transition, contract_violation, event_for, plan, plan_failure
+from .outcomes import Transition, after_refused_park, event_for, plan, plan_failure
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -120,7 +120,7 @@ class Executor:
         return None
 
     async def _transition(self, job: Job[Any], transition: Transition) -> None:
-        params = transition.params(job.row, _progress_json(job))
+        params = transition.params(job.row, job.progress_json())
         rows = await retry_transient(
             lambda: self.db.jobs(jobs_sql.job_set_state_if_running, params),
             f"writing the outcome of job {job.id}",
@@ -135,13 +135,12 @@ class Executor:
             self.emit(event_for(transition, row))
 
     async def _park_refused(self, job: Job[Any]) -> None:
-        """The park matched nothing: either the callback was already resolved (the job
-        moved on: stale, no event) or the handler broke the contract (fail the job)."""
         current = await self.db.jobs(jobs_sql.job_get, {"id": job.id})
-        if current and current[0].state == "running" and current[0].run_lease == job.run_lease:
-            await self._transition(job, contract_violation())
-        else:
+        violation = after_refused_park(job.row, current[0] if current else None)
+        if violation is None:
             self._stale(job)
+        else:
+            await self._transition(job, violation)
 
     def _stale(self, job: Job[Any]) -> None:
         logger.info(
@@ -208,7 +207,7 @@ class Executor:
 
     async def aflush_progress(self, job: Job[Any]) -> None:
         if job.take_progress() is not None:
-            params = {"id": job.id, "run_lease": job.run_lease, "progress": _progress_json(job)}
+            params = {"id": job.id, "run_lease": job.run_lease, "progress": job.progress_json()}
             await self.db.rows(jobs_sql.job_progress_flush, params)
 
     def _from_thread(self, coro: Coroutine[Any, Any, Any]) -> Any:
@@ -256,8 +255,3 @@ def _check_timeout(timeout: float) -> None:
         raise ValueError(
             f"callback timeout must be a finite number of seconds >= 0, got {timeout!r}"
         )
-
-
-def _progress_json(job: Job[Any]) -> str | None:
-    progress = job.progress
-    return None if progress is None else dumps(progress, what=f"progress of job {job.id}")

@@ -28,7 +28,7 @@ from ..results import CallbackToken
 from ..sql import jobs as jobs_sql
 from ..sql import maintenance as maintenance_sql
 from .executor import load_handler, result_as_json
-from .outcomes import Transition, contract_violation, event_for, plan, plan_failure
+from .outcomes import Transition, after_refused_park, event_for, plan, plan_failure
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -159,16 +159,15 @@ class _InlineRunner:
         return None
 
     def _transition(self, job: Job[Any], transition: Transition) -> None:
-        progress = None if job.progress is None else dumps(job.progress, what="progress")
-        rows = storage.fetch_jobs(
-            self.using, jobs_sql.job_set_state_if_running, transition.params(job.row, progress)
-        )
+        params = transition.params(job.row, job.progress_json())
+        rows = storage.fetch_jobs(self.using, jobs_sql.job_set_state_if_running, params)
         if rows and transition.event is not None:
             self._emit(event_for(transition, rows[0]))
         elif not rows and transition.callback_id is not None:
             current = storage.fetch_jobs(self.using, jobs_sql.job_get, {"id": job.id})
-            if current and current[0].state == "running" and current[0].run_lease == job.run_lease:
-                self._transition(job, contract_violation())
+            violation = after_refused_park(job.row, current[0] if current else None)
+            if violation is not None:
+                self._transition(job, violation)
 
     def _emit(self, event: Event) -> None:
         transaction.on_commit(lambda: hooks.dispatch(event), using=self.using)

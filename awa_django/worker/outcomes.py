@@ -131,6 +131,15 @@ def plan_failure(row: JobRow, error: BaseException) -> Transition:
     return Transition(JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message)
 
 
+def after_refused_park(job: JobRow, current: JobRow | None) -> Transition | None:
+    """A park (WaitForCallback) matched no row. If the attempt still runs under its lease,
+    the handler returned a token that is not the job's current callback: fail the job.
+    Otherwise the callback was resolved before the park landed: the outcome is stale."""
+    if current and current.state == JobState.RUNNING and current.run_lease == job.run_lease:
+        return contract_violation()
+    return None
+
+
 def contract_violation() -> Transition:
     return Transition(
         JobState.FAILED,

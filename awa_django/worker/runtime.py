@@ -199,6 +199,7 @@ class Runtime:
     async def drain(self) -> int:
         """Stop claiming, let in-flight attempts finish within the grace period (heartbeats
         keep running), flush completions, give up leadership, close."""
+        deadline = time.monotonic() + self.settings.shutdown_grace
         self.registrar.shutting_down = True
         for dispatcher in self.dispatchers:
             await dispatcher.stop()
@@ -206,12 +207,12 @@ class Runtime:
         # it returns are counted below and drained, not left running.
         await asyncio.wait(self._dispatching, timeout=self.settings.shutdown_grace)
         self.inflight.cancel_all()  # cooperative: is_cancelled() tells handlers to wrap up
+        # Each attempt's task ends only once its outcome is written (a completion awaits
+        # its batch), so waiting for them also flushes the completer.
         running = {t for d in self.dispatchers for t in d.tasks}
-        deadline = time.monotonic() + self.settings.shutdown_grace
+        pending: set[asyncio.Task[None]] = set()
         if running:
-            _, pending = await asyncio.wait(running, timeout=self.settings.shutdown_grace)
-        else:
-            pending = set()
+            _, pending = await asyncio.wait(running, timeout=max(0, deadline - time.monotonic()))
         clean = not pending
         if pending:
             logger.warning(
@@ -220,13 +221,8 @@ class Runtime:
                 len(pending),
             )
             self.forced = True
-        await self._flush_completions(deadline)
         await self._stop_services()
         return EXIT_OK if clean else EXIT_UNCLEAN
-
-    async def _flush_completions(self, deadline: float) -> None:
-        while self.completer.pending() and time.monotonic() < deadline + 5:
-            await asyncio.sleep(0.01)
 
     async def _stop_services(self) -> None:
         for task in self._tasks:
