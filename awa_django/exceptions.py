@@ -38,10 +38,6 @@ class JobNotFound(AwaError):
     """No job with this id exists."""
 
 
-class InvalidTransition(AwaError):
-    """The job is not in a state that allows this operation."""
-
-
 class StaleAttempt(AwaError):
     """This attempt no longer owns the job (it was rescued, cancelled or re-claimed)."""
 
@@ -57,10 +53,6 @@ class InvalidCallbackOption(AwaError, ValueError):
 class InvalidSignature(AwaError):
     """The callback request's signature is missing, malformed, wrong or outside the replay
     window."""
-
-
-class UniqueConflict(AwaError):
-    """A job with the same unique key already exists in a conflicting state."""
 
 
 class DatabaseUnavailable(AwaError):

@@ -40,10 +40,6 @@ class JobRow:
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
-    @property
-    def last_error(self) -> str | None:
-        return self.errors[-1].get("error") if self.errors else None
-
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> JobRow:
         values = {name: row[name] for name in COLUMNS}
@@ -53,10 +49,6 @@ class JobRow:
             if isinstance(values[name], str):
                 values[name] = json.loads(values[name])
         return cls(**values)
-
-    @classmethod
-    def from_tuple(cls, names: Sequence[str], values: Sequence[Any]) -> JobRow:
-        return cls.from_mapping(dict(zip(names, values, strict=False)))
 
     @classmethod
     def from_row(cls, values: Sequence[Any]) -> JobRow:

@@ -27,7 +27,6 @@ class Completer:
         self.forced = forced
         self._pending: list[Pending] = []
         self._wake = asyncio.Event()
-        self.flushes = 0
 
     async def complete(self, row: JobRow, result_json: str | None) -> JobRow | None:
         """Queue one completion; resolves to the committed row, or None when stale."""
@@ -76,7 +75,6 @@ class Completer:
         for row, _, future in batch:
             if not future.done():
                 future.set_result(applied.get(row.id))
-        self.flushes += 1
         return len(applied)
 
     def pending(self) -> int:
