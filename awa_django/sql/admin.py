@@ -9,8 +9,11 @@ from . import Statement
 _J_COLS = ", ".join("j." + c for c in COLS.split(", "))
 
 # Params: ids int8[]. T19: any non-terminal job → cancelled. Rows are locked in id order.
-# A running or parked attempt loses its lease in the same statement (its later outcome is
-# stale) and its worker hears awa_cancel, inside this transaction, to set is_cancelled().
+# A running attempt's later outcome is stale from here on, and its worker hears
+# awa_cancel, inside this transaction, to set is_cancelled(). The leases are deleted by
+# leases.lease_delete_for_jobs, run next in the same transaction: a DELETE in this
+# statement would use its snapshot and miss a lease that a claim or resume_external,
+# whose row lock this statement waited for, committed meanwhile.
 job_cancel_many = Statement(
     "job_cancel_many",
     f"""
@@ -26,8 +29,6 @@ WITH target AS (
         callback_timeout_at = NULL
     FROM target t WHERE j.id = t.id
     RETURNING {_J_COLS}, t.prior_state
-), released AS (
-    DELETE FROM awa_active_leases l USING cancelled c WHERE l.job_id = c.id
 )
 SELECT {COLS}, CASE WHEN prior_state IN ('running', 'waiting_external') THEN
     pg_notify('awa_cancel', json_build_object('job_id', id, 'run_lease', run_lease)::text)::text

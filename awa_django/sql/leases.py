@@ -18,11 +18,9 @@ RETURNING l.job_id, l.run_lease
 )
 
 
-# Params: ids int8[] (jobs a cancel just finalized). A second statement, so a fresh
-# snapshot: job_cancel_many deletes leases in the statement that cancels, but when that
-# statement had to wait for the row lock of a resume_external (which creates a lease) or a
-# claim, the lease committed meanwhile is invisible to its snapshot and would outlive the
-# job. Index: awa_active_leases primary key.
+# Params: ids int8[] (jobs a cancel just finalized). Its own statement, so it has a fresh
+# snapshot that sees every lease committed while admin.job_cancel_many waited for its row
+# locks (a claim, a resume_external). Index: awa_active_leases primary key.
 lease_delete_for_jobs = Statement(
     "lease_delete_for_jobs",
     """

@@ -644,7 +644,7 @@ def test_leader_acquire_or_renew_and_leader_release() -> None:
 
 
 # -- admin --------------------------------------------------------------------------------
-def test_job_cancel_many_cancels_non_terminal_jobs_and_drops_leases() -> None:
+def test_job_cancel_many_cancels_non_terminal_jobs_and_leaves_leases_to_their_statement() -> None:
     run = running()
     queued = JobFactory()
     done = JobFactory(state="completed")
@@ -656,6 +656,8 @@ def test_job_cancel_many_cancels_non_terminal_jobs_and_drops_leases() -> None:
     assert snapshot(run.id)["state"] == snapshot(queued.id)["state"] == "cancelled"
     assert snapshot(run.id)["errors"] == []  # T19: no error entry
     assert snapshot(done.id)["state"] == "completed"
+    assert ActiveLease.objects.filter(job_id=run.id).exists()  # lease_delete_for_jobs' job
+    rows(leases_sql.lease_delete_for_jobs, ids=[run.id, queued.id])
     assert not ActiveLease.objects.exists()
 
 
