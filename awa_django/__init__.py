@@ -5,11 +5,12 @@ Public API only; see README.md for a tour.
 
 from __future__ import annotations
 
-from .callbacks import ResolveResult
-from .client import Client, aenqueue, aenqueue_many, client, enqueue, enqueue_many
-from .context import Job
-from .decorators import job, on_any_event, on_event, on_event_kind
-from .events import (
+import warnings
+from typing import Any
+
+from awa_django.client import Client, aenqueue, aenqueue_many, enqueue, enqueue_many
+from awa_django.client.callbacks import ResolveResult
+from awa_django.events import (
     Cancelled,
     Completed,
     Event,
@@ -19,11 +20,13 @@ from .events import (
     Started,
     WaitingForCallback,
 )
-from .exceptions import (
+from awa_django.exceptions import (
     AwaError,
     CallbackNotFound,
     InvalidCallbackOption,
+    InvalidEnqueueOption,
     InvalidJobArgs,
+    InvalidQueueName,
     JobNotFound,
     PayloadTooLarge,
     SerializationError,
@@ -31,9 +34,11 @@ from .exceptions import (
     TerminalError,
     UnknownJobKind,
 )
-from .results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from .signing import callback_url, sign_callback_request
-from .snapshot import JobRow
+from awa_django.execution.context import JobContext
+from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
+from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_django.snapshot import JobSnapshot
+from awa_django.web.signing import callback_url, sign_callback_request
 
 __all__ = [
     "AwaError",
@@ -46,10 +51,12 @@ __all__ = [
     "Event",
     "Exhausted",
     "InvalidCallbackOption",
+    "InvalidEnqueueOption",
     "InvalidJobArgs",
-    "Job",
+    "InvalidQueueName",
+    "JobContext",
     "JobNotFound",
-    "JobRow",
+    "JobSnapshot",
     "PayloadTooLarge",
     "Rescued",
     "ResolveResult",
@@ -66,7 +73,6 @@ __all__ = [
     "aenqueue",
     "aenqueue_many",
     "callback_url",
-    "client",
     "enqueue",
     "enqueue_many",
     "job",
@@ -75,3 +81,16 @@ __all__ = [
     "on_event_kind",
     "sign_callback_request",
 ]
+
+# Names of the 0.1 API, kept importable for one release (docs/decisions/007-vocabulary.md).
+_RENAMED = {"Job": ("JobContext", JobContext), "JobRow": ("JobSnapshot", JobSnapshot)}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new_name, value = _RENAMED[name]
+        warnings.warn(
+            f"awa_django.{name} is now awa_django.{new_name}", DeprecationWarning, stacklevel=2
+        )
+        return value
+    raise AttributeError(f"module 'awa_django' has no attribute {name!r}")

@@ -10,8 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from .conf import load_settings
-from .registry import Registry, registry
+from awa_django.conf import load_settings
+from awa_django.registry import Registry, registry
 
 
 @checks.register(checks.Tags.database, deploy=False)

@@ -9,7 +9,7 @@ import re
 import typing
 from typing import Any
 
-from .exceptions import InvalidJobArgs, PayloadTooLarge, SerializationError
+from awa_django.exceptions import InvalidJobArgs, PayloadTooLarge, SerializationError
 
 # A NUL character in a JSON string is the escape \u0000 preceded by an even number of
 # backslashes; after an odd number it is the literal text "\u0000", which jsonb accepts.

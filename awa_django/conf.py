@@ -72,7 +72,7 @@ _SCALAR_KEYS = {f.name.upper(): f.name for f in fields(AwaSettings) if f.name !=
 
 
 def validate_queue_name(name: object) -> str:
-    from .exceptions import InvalidQueueName
+    from awa_django.exceptions import InvalidQueueName
 
     if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise InvalidQueueName(

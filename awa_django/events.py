@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .snapshot import JobRow
+from awa_django.snapshot import JobSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +14,7 @@ class Event:
     """Base of every lifecycle event. `job` is the post-transition row; `args` is the
     decoded args dataclass for typed hooks, the raw dict for untyped ones."""
 
-    job: JobRow
+    job: JobSnapshot
     args: Any = None
 
 

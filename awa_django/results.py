@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from .exceptions import TerminalError
+from awa_django.exceptions import TerminalError
 
 __all__ = ["CallbackToken", "Cancel", "RetryAfter", "Snooze", "TerminalError", "WaitForCallback"]
 

@@ -1,4 +1,4 @@
-"""`JobRow`: an immutable snapshot of one committed `awa_jobs_hot` row."""
+"""`JobSnapshot`: an immutable snapshot of one committed `awa_jobs_hot` row."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from .states import TERMINAL_STATES
+from awa_django.states import TERMINAL_STATES
 
 
 @dataclass(frozen=True, slots=True)
-class JobRow:
+class JobSnapshot:
     id: int
     kind: str
     queue: str
@@ -41,7 +41,7 @@ class JobRow:
         return self.state in TERMINAL_STATES
 
     @classmethod
-    def from_mapping(cls, row: Mapping[str, Any]) -> JobRow:
+    def from_mapping(cls, row: Mapping[str, Any]) -> JobSnapshot:
         values = {name: row[name] for name in COLUMNS}
         # The named statements return every jsonb column as text (RETURNING_COLUMNS), on
         # Django's connection and the runtime's alike; decoded values (ORM .values()) pass.
@@ -51,7 +51,7 @@ class JobRow:
         return cls(**values)
 
     @classmethod
-    def from_row(cls, values: Sequence[Any]) -> JobRow:
+    def from_row(cls, values: Sequence[Any]) -> JobSnapshot:
         """From a row whose first columns are RETURNING_COLUMNS, by position (the hot
         path: claims, completions and enqueue build one per job)."""
         decoded = list(values[: len(COLUMNS)])
@@ -62,9 +62,9 @@ class JobRow:
 
 
 _JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result")
-COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobRow))
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobSnapshot))
 _JSON_INDEXES = tuple(COLUMNS.index(name) for name in _JSON_COLUMNS)
-# The column list every statement that returns a whole job row uses, in JobRow order.
+# The column list every statement that returns a whole job row uses, in JobSnapshot order.
 # jsonb columns come back as text on both sides: Django's connection returns jsonb as text
 # anyway, while the runtime's psycopg would decode it, and a decoded JSON string (a task
 # result "ok", metadata "x") would then be indistinguishable from undecoded text.

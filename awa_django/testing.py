@@ -19,10 +19,10 @@ from typing import Any
 from django.db.models import QuerySet
 from django.tasks import Task
 
-from .events import ALL_EVENTS, Event
-from .models import Job
-from .registry import HookRegistration, kind_for, registry
-from .states import JobState
+from awa_django.events import ALL_EVENTS, Event
+from awa_django.registry import HookRegistration, kind_for, registry
+from awa_django.states import JobState
+from awa_django.storage.models import Job
 
 __all__ = [
     "CapturedEvents",
@@ -49,7 +49,7 @@ def drain(queue: str | None = None, *, using: str = "default", limit: int = DRAI
     too. A job due in the future is left alone. Raises AssertionError once more than
     `limit` attempts would run: something keeps re-enqueueing or snoozing with no delay.
     """
-    from .worker.inline import run_available  # the runtime is imported only when used
+    from awa_django.execution.inline import run_available  # the runtime is imported only when used
 
     total = 0
     while True:
@@ -73,7 +73,7 @@ def _available(queue: str | None, using: str) -> QuerySet[Job]:
 
 
 def _promote_due(using: str) -> None:
-    from .worker.inline import promote_due
+    from awa_django.execution.inline import promote_due
 
     promote_due(using=using)
 

@@ -1,24 +1,5 @@
-"""URLconf for signed callback requests: `path("awa/callbacks/", include("awa_django.urls"))`
-gives POST <prefix><callback_id>/complete|fail|retry|heartbeat (docs/callbacks.md).
+"""The documented URLconf, `include("awa_django.urls")`; the views live in `awa_django.web`."""
 
-The callback id is routed as a plain string and validated by the view, so a malformed id
-is a 400 that says so rather than an unexplained 404.
-"""
+from awa_django.web.urls import app_name, urlpatterns
 
-from __future__ import annotations
-
-from django.urls import URLPattern, path
-
-from .signing import ACTIONS
-from .views import resolve_callback
-
-app_name = "awa_django"
-urlpatterns: list[URLPattern] = [
-    path(
-        f"<str:callback_id>/{action}",
-        resolve_callback,
-        {"action": action},
-        name=f"callback_{action}",
-    )
-    for action in ACTIONS
-]
+__all__ = ["app_name", "urlpatterns"]

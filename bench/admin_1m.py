@@ -155,8 +155,8 @@ def main() -> None:
     from django.core.management import call_command
     from django.test import Client
 
-    from awa_django import queues
-    from awa_django.models import Job
+    from awa_django.storage import figures as queues
+    from awa_django.storage.models import Job
 
     if not options.reuse:
         call_command("migrate", verbosity=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import factory
 
-from awa_django.models import Job
+from awa_django.storage.models import Job
 
 
 class JobFactory(factory.django.DjangoModelFactory):

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.tasks import TaskContext, task
 
-from awa_django.backends import AwaTask
+from awa_django.tasks.backend import AwaTask
 
 
 @task()

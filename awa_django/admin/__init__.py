@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Job
-from .jobs import JobAdmin
+from awa_django.admin.jobs import JobAdmin
+from awa_django.storage.models import Job
 
 admin.site.register(Job, JobAdmin)
 

@@ -15,11 +15,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from ..client import Client
-from ..exceptions import CallbackNotFound
-from ..models import Job
-from ..states import JobState
-from .forms import CompleteCallbackForm, FailCallbackForm
+from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
+from awa_django.client.client import Client
+from awa_django.exceptions import CallbackNotFound
+from awa_django.states import JobState
+from awa_django.storage.models import Job
 
 # One action handles at most this many jobs: retry/cancel are one statement each, the
 # callback actions one transaction per job.

@@ -12,10 +12,10 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from .. import queues
-from ..models import WorkerInstance
-from ..states import JobState
-from .forms import QueueOperationForm
+from awa_django.admin.forms import QueueOperationForm
+from awa_django.states import JobState
+from awa_django.storage import figures as queues
+from awa_django.storage.models import WorkerInstance
 
 PAUSE_PERMISSION = "awa_django.pause_queue"
 WINDOW_MINUTES = 5

@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from ..models import ActiveLease, Job
+from awa_django.storage.models import ActiveLease, Job
 
 # Pretty-printed JSON longer than this is cut, with a link to the whole value.
 MAX_INLINE_CHARS = 10_000

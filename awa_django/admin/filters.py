@@ -15,9 +15,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..conf import awa_settings
-from ..models import QueueState
-from ..registry import registry
+from awa_django.conf import awa_settings
+from awa_django.registry import registry
+from awa_django.storage.models import QueueState
 
 
 class _ExactValueFilter(admin.SimpleListFilter):

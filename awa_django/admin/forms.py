@@ -8,8 +8,8 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from ..conf import validate_queue_name
-from ..exceptions import InvalidQueueName
+from awa_django.conf import validate_queue_name
+from awa_django.exceptions import InvalidQueueName
 
 MAX_ERROR_CHARS = 2000
 

@@ -19,12 +19,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..models import ActiveLease, Job
-from ..paginator import EstimatedCountPaginator
-from ..queues import format_duration
-from ..states import TERMINAL_STATES
-from . import actions, dashboard, detail
-from .filters import KindFilter, QueueFilter
+from awa_django.admin import actions, dashboard, detail
+from awa_django.admin.filters import KindFilter, QueueFilter
+from awa_django.admin.paginator import EstimatedCountPaginator
+from awa_django.states import TERMINAL_STATES
+from awa_django.storage.figures import format_duration
+from awa_django.storage.models import ActiveLease, Job
 
 LAST_ERROR_CHARS = 80
 MAX_BIGINT = 2**63 - 1

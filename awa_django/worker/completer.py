@@ -10,15 +10,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ..snapshot import JobRow
-from ..sql import jobs as jobs_sql
-from .database import Database, retry_transient
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.worker.database import Database, retry_transient
 
 logger = logging.getLogger("awa_django.worker")
 
 BATCH_SIZE = 512
 
-Pending = tuple[JobRow, str | None, "asyncio.Future[JobRow | None]"]
+Pending = tuple[JobSnapshot, str | None, "asyncio.Future[JobSnapshot | None]"]
 
 
 class Completer:
@@ -28,9 +28,9 @@ class Completer:
         self._pending: list[Pending] = []
         self._wake = asyncio.Event()
 
-    async def complete(self, row: JobRow, result_json: str | None) -> JobRow | None:
+    async def complete(self, row: JobSnapshot, result_json: str | None) -> JobSnapshot | None:
         """Queue one completion; resolves to the committed row, or None when stale."""
-        future: asyncio.Future[JobRow | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JobSnapshot | None] = asyncio.get_running_loop().create_future()
         self._pending.append((row, result_json, future))
         self._wake.set()
         return await future

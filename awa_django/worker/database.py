@@ -17,9 +17,9 @@ import psycopg
 import psycopg_pool
 from django.db import connections
 
-from .. import storage
-from ..snapshot import JobRow
-from ..sql import Statement
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage import connection as storage
+from awa_django.storage.sql import Statement
 
 logger = logging.getLogger("awa_django.worker")
 T = TypeVar("T")
@@ -114,7 +114,7 @@ class Database:
     async def close(self) -> None:
         await self.pool.close(timeout=2.0)
 
-    async def jobs(self, statement: Statement, params: storage.Params) -> list[JobRow]:
+    async def jobs(self, statement: Statement, params: storage.Params) -> list[JobSnapshot]:
         async with self.pool.connection() as conn:
             return await storage.afetch_jobs(conn, statement, params)
 

@@ -11,10 +11,10 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from ..conf import QueueConfig
-from ..snapshot import JobRow
-from ..sql import jobs as jobs_sql
-from .database import TRANSIENT_ERRORS, Backoff, Database
+from awa_django.conf import QueueConfig
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -24,7 +24,7 @@ class Dispatcher:
         self,
         queue: QueueConfig,
         db: Database,
-        execute: Callable[[JobRow, Callable[[], None]], Awaitable[None]],
+        execute: Callable[[JobSnapshot, Callable[[], None]], Awaitable[None]],
         worker_id: str,
         poll_interval: float,
     ) -> None:
@@ -72,7 +72,7 @@ class Dispatcher:
             task.add_done_callback(self.tasks.discard)
         return len(rows)
 
-    async def _execute(self, row: JobRow) -> None:
+    async def _execute(self, row: JobSnapshot) -> None:
         try:
             await self.execute(row, self._release)
         except Exception:

@@ -22,19 +22,25 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from ..codec import decode_args, dumps
-from ..context import Job
-from ..events import Completed, Event, Started
-from ..exceptions import AwaError, StaleAttempt, UnknownJobKind
-from ..registry import JobDefinition, registry
-from ..results import CallbackToken
-from ..snapshot import JobRow
-from ..sql import jobs as jobs_sql
-from .completer import Completer
-from .database import Database, retry_transient
-from .hook_queue import HookQueue
-from .inflight import InFlight
-from .outcomes import Transition, after_refused_park, event_for, plan, plan_failure
+from awa_django.codec import decode_args, dumps
+from awa_django.events import Completed, Event, Started
+from awa_django.exceptions import AwaError, StaleAttempt, UnknownJobKind
+from awa_django.execution.context import JobContext
+from awa_django.execution.outcomes import (
+    Transition,
+    after_refused_park,
+    event_for,
+    plan,
+    plan_failure,
+)
+from awa_django.registry import JobDefinition, registry
+from awa_django.results import CallbackToken
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.worker.completer import Completer
+from awa_django.worker.database import Database, retry_transient
+from awa_django.worker.hook_queue import HookQueue
+from awa_django.worker.inflight import InFlight
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -42,7 +48,7 @@ CALLBACK_POLL_SECONDS = 0.2
 
 
 class Executor:
-    """Runs attempts and is the `AttemptHost` their `Job` contexts call back into."""
+    """Runs attempts and is the `AttemptHost` their `JobContext` contexts call back into."""
 
     def __init__(
         self,
@@ -65,11 +71,11 @@ class Executor:
         self._loop_thread: int | None = None
         self.completed_count = 0
 
-    async def execute(self, row: JobRow, release: Callable[[], None]) -> None:
+    async def execute(self, row: JobSnapshot, release: Callable[[], None]) -> None:
         """Run the attempt claimed as `row`; call `release()` once the handler returned."""
         if self.loop is None:
             self.loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
-        job: Job[Any] = Job(row, None, host=self)
+        job: JobContext[Any] = JobContext(row, None, host=self)
         self.inflight.add(job)
         try:
             self.emit(Started(job=row))
@@ -82,7 +88,7 @@ class Executor:
         finally:
             self.inflight.remove(job)
 
-    async def _run_handler(self, job: Job[Any]) -> Transition | None:
+    async def _run_handler(self, job: JobContext[Any]) -> Transition | None:
         try:
             definition = load_handler(job)
             if definition.is_async:
@@ -98,13 +104,15 @@ class Executor:
             return plan_failure(job.row, exc)
         return plan(job.row, result)
 
-    async def _finish(self, job: Job[Any], transition: Transition | None, seconds: float) -> None:
+    async def _finish(
+        self, job: JobContext[Any], transition: Transition | None, seconds: float
+    ) -> None:
         if transition is None:
             transition = await self._complete(job, seconds)
         if transition is not None:
             await self._transition(job, transition)
 
-    async def _complete(self, job: Job[Any], seconds: float) -> Transition | None:
+    async def _complete(self, job: JobContext[Any], seconds: float) -> Transition | None:
         """Hand the completion to the completer; a result that cannot be stored fails the
         job instead (returned as the transition to write)."""
         try:
@@ -119,7 +127,7 @@ class Executor:
             self.emit(Completed(job=applied, duration=timedelta(seconds=seconds)))
         return None
 
-    async def _transition(self, job: Job[Any], transition: Transition) -> None:
+    async def _transition(self, job: JobContext[Any], transition: Transition) -> None:
         params = transition.params(job.row, job.progress_json())
         rows = await retry_transient(
             lambda: self.db.jobs(jobs_sql.job_set_state_if_running, params),
@@ -134,7 +142,7 @@ class Executor:
         if transition.event is not None:
             self.emit(event_for(transition, row))
 
-    async def _park_refused(self, job: Job[Any]) -> None:
+    async def _park_refused(self, job: JobContext[Any]) -> None:
         current = await self.db.jobs(jobs_sql.job_get, {"id": job.id})
         violation = after_refused_park(job.row, current[0] if current else None)
         if violation is None:
@@ -142,7 +150,7 @@ class Executor:
         else:
             await self._transition(job, violation)
 
-    def _stale(self, job: Job[Any]) -> None:
+    def _stale(self, job: JobContext[Any]) -> None:
         logger.info(
             "outcome of job %s (run_lease %s) is stale: it was rescued, cancelled or "
             "resolved meanwhile; ignored",
@@ -157,7 +165,7 @@ class Executor:
         self.hook_queue.put(event)
 
     # -- AttemptHost: what a running handler can ask of the runtime ----------------------
-    async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+    async def aregister_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
         _check_timeout(timeout)
         params = {
             "id": job.id,
@@ -170,7 +178,7 @@ class Executor:
             raise StaleAttempt(f"job {job.id} is no longer running under this attempt")
         return CallbackToken(id=rows[0][0], timeout_at=rows[0][1])
 
-    async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+    async def await_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any:
         params = {"id": job.id, "run_lease": job.run_lease, "callback_id": token.id}
         entered = await self.db.rows(jobs_sql.job_enter_wait, params)
         while True:
@@ -188,7 +196,7 @@ class Executor:
                 raise StaleAttempt(f"job {job.id} cancelled while waiting for callback")
             await asyncio.sleep(CALLBACK_POLL_SECONDS)
 
-    async def _take_callback_result(self, job: Job[Any]) -> Any:
+    async def _take_callback_result(self, job: JobContext[Any]) -> Any:
         rows = await self.db.rows(
             jobs_sql.job_take_callback_result, {"id": job.id, "run_lease": job.run_lease}
         )
@@ -196,16 +204,16 @@ class Executor:
             raise StaleAttempt(f"job {job.id} lost its callback result to another attempt")
         return json.loads(rows[0][0])
 
-    def register_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+    def register_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
         return self._from_thread(self.aregister_callback(job, timeout))
 
-    def wait_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+    def wait_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any:
         return self._from_thread(self.await_for_callback(job, token))
 
-    def flush_progress(self, job: Job[Any]) -> None:
+    def flush_progress(self, job: JobContext[Any]) -> None:
         self._from_thread(self.aflush_progress(job))
 
-    async def aflush_progress(self, job: Job[Any]) -> None:
+    async def aflush_progress(self, job: JobContext[Any]) -> None:
         if job.take_progress() is not None:
             params = {"id": job.id, "run_lease": job.run_lease, "progress": job.progress_json()}
             await self.db.rows(jobs_sql.job_progress_flush, params)
@@ -216,21 +224,21 @@ class Executor:
         if threading.get_ident() == self._loop_thread:
             coro.close()
             raise RuntimeError(
-                "called a blocking Job method from an async handler; use its async twin "
+                "called a blocking JobContext method from an async handler; use its async twin "
                 "(`await job.aregister_callback()`, `await job.await_for_callback()`, "
                 "`await job.aflush_progress()`)"
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
-def result_as_json(job: Job[Any], limit: int) -> str | None:
+def result_as_json(job: JobContext[Any], limit: int) -> str | None:
     """`job.result` as JSON for the `result` column (None when the handler set none)."""
     if job.result is None:
         return None
     return dumps(job.result, what=f"result of job {job.id}", limit=limit)
 
 
-def load_handler(job: Job[Any]) -> JobDefinition:
+def load_handler(job: JobContext[Any]) -> JobDefinition:
     """The handler for `job`'s kind, with `job.args` decoded into its args type.
     Raises UnknownJobKind / InvalidJobArgs, which fail the job terminally."""
     definition = registry.job(job.kind)
@@ -240,7 +248,7 @@ def load_handler(job: Job[Any]) -> JobDefinition:
     return definition
 
 
-def _run_sync(handler: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
+def _run_sync(handler: Callable[[JobContext[Any]], Any], job: JobContext[Any]) -> Any:
     # Django's request cycle closes stale connections before and after each request; a job
     # in a long-lived worker thread gets the same hygiene.
     close_old_connections()

@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 
-from ..codec import dumps
-from ..sql import jobs as jobs_sql
-from ..sql import leases as leases_sql
-from .database import TRANSIENT_ERRORS, Backoff, Database
-from .inflight import InFlight
+from awa_django.codec import dumps
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import leases as leases_sql
+from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
+from awa_django.worker.inflight import InFlight
 
 logger = logging.getLogger("awa_django.worker")
 

@@ -13,9 +13,9 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import hooks
-from ..events import Event
-from ..registry import registry
+from awa_django.events import Event
+from awa_django.registry import dispatch as hooks
+from awa_django.registry import registry
 
 logger = logging.getLogger("awa_django.hooks")
 

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import threading
 
-from ..context import Job
+from awa_django.execution.context import JobContext
 
 
 class InFlight:
-    """Thread-safe map of (job id, run_lease) → the attempt's `Job` context."""
+    """Thread-safe map of (job id, run_lease) → the attempt's `JobContext` context."""
 
     def __init__(self) -> None:
-        self._jobs: dict[tuple[int, int], Job[object]] = {}
+        self._jobs: dict[tuple[int, int], JobContext[object]] = {}
         self._lock = threading.Lock()
 
-    def add(self, job: Job[object]) -> None:
+    def add(self, job: JobContext[object]) -> None:
         with self._lock:
             self._jobs[(job.id, job.run_lease)] = job
 
-    def remove(self, job: Job[object]) -> None:
+    def remove(self, job: JobContext[object]) -> None:
         with self._lock:
             self._jobs.pop((job.id, job.run_lease), None)
 
-    def snapshot(self) -> list[Job[object]]:
+    def snapshot(self) -> list[JobContext[object]]:
         with self._lock:
             return sorted(self._jobs.values(), key=lambda j: j.id)
 

@@ -10,10 +10,10 @@ import logging
 
 from psycopg import sql
 
-from ..channels import CANCEL_CHANNEL, channel_for
-from .database import TRANSIENT_ERRORS, Backoff, Database
-from .dispatcher import Dispatcher
-from .inflight import InFlight
+from awa_django.channels import CANCEL_CHANNEL, channel_for
+from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
+from awa_django.worker.dispatcher import Dispatcher
+from awa_django.worker.inflight import InFlight
 
 logger = logging.getLogger("awa_django.worker")
 

@@ -10,8 +10,8 @@ import socket
 import time
 from collections.abc import Callable
 
-from ..sql import workers as workers_sql
-from .database import TRANSIENT_ERRORS, Database
+from awa_django.storage.sql import workers as workers_sql
+from awa_django.worker.database import TRANSIENT_ERRORS, Database
 
 logger = logging.getLogger("awa_django.worker")
 

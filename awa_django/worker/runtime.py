@@ -14,23 +14,23 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..conf import AwaSettings, QueueConfig
-from ..events import Rescued
-from .completer import Completer
-from .database import TRANSIENT_ERRORS, Database
-from .dispatcher import Dispatcher
-from .executor import Executor
-from .heartbeat import Heartbeat
-from .hook_queue import HookQueue
-from .inflight import InFlight
-from .listener import Listener
-from .maintenance.leader import LeaderElector
-from .maintenance.loop import MaintenanceLoop
-from .maintenance.promoter import Promoter
-from .maintenance.pruner import Pruner
-from .maintenance.rescuer import Rescuer
-from .registrar import REFRESH_SECONDS, Registrar
-from .supervisor import SUPERVISOR_ENV
+from awa_django.conf import AwaSettings, QueueConfig
+from awa_django.events import Rescued
+from awa_django.worker.completer import Completer
+from awa_django.worker.database import TRANSIENT_ERRORS, Database
+from awa_django.worker.dispatcher import Dispatcher
+from awa_django.worker.executor import Executor
+from awa_django.worker.heartbeat import Heartbeat
+from awa_django.worker.hook_queue import HookQueue
+from awa_django.worker.inflight import InFlight
+from awa_django.worker.listener import Listener
+from awa_django.worker.maintenance.leader import LeaderElector
+from awa_django.worker.maintenance.loop import MaintenanceLoop
+from awa_django.worker.maintenance.promoter import Promoter
+from awa_django.worker.maintenance.pruner import Pruner
+from awa_django.worker.maintenance.rescuer import Rescuer
+from awa_django.worker.registrar import REFRESH_SECONDS, Registrar
+from awa_django.worker.supervisor import SUPERVISOR_ENV
 
 logger = logging.getLogger("awa_django.worker")
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 import awa_django
-from awa_django import Job
+from awa_django import JobContext
 
 BENCH_QUEUE = "bench"
 
@@ -33,20 +33,20 @@ class PickupSync:
 
 
 @awa_django.job(BenchAsync, queue=BENCH_QUEUE)
-async def bench_async(job: Job[BenchAsync]) -> None:
+async def bench_async(job: JobContext[BenchAsync]) -> None:
     return None
 
 
 @awa_django.job(BenchSync, queue=BENCH_QUEUE)
-def bench_sync(job: Job[BenchSync]) -> None:
+def bench_sync(job: JobContext[BenchSync]) -> None:
     return None
 
 
 @awa_django.job(PickupAsync, queue=BENCH_QUEUE)
-async def pickup_async(job: Job[PickupAsync]) -> None:
+async def pickup_async(job: JobContext[PickupAsync]) -> None:
     job.result = time.time()
 
 
 @awa_django.job(PickupSync, queue=BENCH_QUEUE)
-def pickup_sync(job: Job[PickupSync]) -> None:
+def pickup_sync(job: JobContext[PickupSync]) -> None:
     job.result = time.time()

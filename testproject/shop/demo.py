@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 import awa_django
-from awa_django import JobRow
+from awa_django import JobSnapshot
 
 from . import hooks
 from .jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
@@ -105,18 +105,18 @@ class WorkerProcess:
         return code
 
 
-def enqueue_plan() -> list[tuple[JobRow, Expected]]:
+def enqueue_plan() -> list[tuple[JobSnapshot, Expected]]:
     """Enqueue every demo job in one transaction: all of them exist, or none."""
     with transaction.atomic():
         return [(awa_django.enqueue(args, tags=["demo"]), want) for args, want in PLAN]
 
 
-def complete_shipping_callback(row: JobRow) -> tuple[str, int, str]:
+def complete_shipping_callback(row: JobSnapshot) -> tuple[str, int, str]:
     """Play the carrier: POST a signed completion for the parked job's callback.
     Returns the path, the HTTP status and the response body."""
     from django.test import Client as HttpClient
 
-    from awa_django.signing import callback_url, sign_callback_request
+    from awa_django.web.signing import callback_url, sign_callback_request
 
     path = callback_url(str(row.callback_id), "complete")
     body = json.dumps({"payload": {"tracking_number": f"PC{row.args['order_id']}"}}).encode()
@@ -129,11 +129,11 @@ def complete_shipping_callback(row: JobRow) -> tuple[str, int, str]:
 class Run:
     """The demo's jobs while it waits for them to finish."""
 
-    jobs: list[tuple[JobRow, Expected]]
+    jobs: list[tuple[JobSnapshot, Expected]]
     answered: set[uuid.UUID | None] = field(default_factory=set)
 
     def refresh(self) -> None:
-        self.jobs = [(awa_django.client.get_job(row.id), want) for row, want in self.jobs]
+        self.jobs = [(awa_django.Client().get_job(row.id), want) for row, want in self.jobs]
 
     def done(self) -> bool:
         return all(row.is_terminal for row, _ in self.jobs)
@@ -170,7 +170,7 @@ def wait_until_done(
     return False
 
 
-def table(rows: Sequence[JobRow], wanted: Sequence[Expected]) -> str:
+def table(rows: Sequence[JobSnapshot], wanted: Sequence[Expected]) -> str:
     header = ("id", "kind", "queue", "state", "attempts", "as expected", "errors")
     lines = [header]
     for row, want in zip(rows, wanted, strict=True):
@@ -195,7 +195,7 @@ def table(rows: Sequence[JobRow], wanted: Sequence[Expected]) -> str:
     return "\n".join(out)
 
 
-def errors_cell(row: JobRow) -> str:
+def errors_cell(row: JobSnapshot) -> str:
     if not row.errors:
         return "-"
     last = hooks.first_line(str(row.errors[-1].get("error", "")))

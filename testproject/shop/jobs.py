@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass
 
 import awa_django
-from awa_django import Job
+from awa_django import JobContext
 
 
 @dataclass
@@ -35,12 +35,12 @@ class RequestShippingLabel:
 
 
 @awa_django.job(SendReceipt, queue="email", max_attempts=5)
-def send_receipt(job: Job[SendReceipt]) -> None:
+def send_receipt(job: JobContext[SendReceipt]) -> None:
     job.set_progress(100, f"receipt for order {job.args.order_id} sent to {job.args.email}")
 
 
 @awa_django.job(SyncInventory, max_attempts=3)
-async def sync_inventory(job: Job[SyncInventory]) -> None:
+async def sync_inventory(job: JobContext[SyncInventory]) -> None:
     await asyncio.sleep(0)
     if job.attempt <= job.args.fail_times:
         # Any exception means "retry with backoff" until max_attempts is used up.
@@ -48,13 +48,13 @@ async def sync_inventory(job: Job[SyncInventory]) -> None:
 
 
 @awa_django.job(ChargeCard, max_attempts=2)
-def charge_card(job: Job[ChargeCard]) -> None:
+def charge_card(job: JobContext[ChargeCard]) -> None:
     if job.args.amount_cents <= 0:
         raise awa_django.TerminalError(f"refusing to charge {job.args.amount_cents} cents")
 
 
 @awa_django.job(RequestShippingLabel)
-def request_shipping_label(job: Job[RequestShippingLabel]) -> awa_django.WaitForCallback:
+def request_shipping_label(job: JobContext[RequestShippingLabel]) -> awa_django.WaitForCallback:
     # A real handler would send token.id to the carrier's API here; the carrier later
     # POSTs a signed request to /awa/callbacks/<token.id>/complete. The job is parked in
     # `waiting_external` meanwhile and holds no worker slot.

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from django.db import connection
 
 import awa_django
-from awa_django import Job
+from awa_django import JobContext
 
 
-def record(job: Job[object]) -> None:
+def record(job: JobContext[object]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO testjobs_execution (job_id, run_lease, pid, at) "
@@ -41,12 +41,12 @@ class AccBlock:
 
 
 @awa_django.job(AccNoop, queue="acc")
-def acc_noop(job: Job[AccNoop]) -> None:
+def acc_noop(job: JobContext[AccNoop]) -> None:
     record(job)
 
 
 @awa_django.job(AccSleep, queue="acc")
-def acc_sleep(job: Job[AccSleep]) -> None:
+def acc_sleep(job: JobContext[AccSleep]) -> None:
     record(job)
     deadline = time.monotonic() + job.args.seconds
     while time.monotonic() < deadline and not job.is_cancelled():
@@ -54,7 +54,7 @@ def acc_sleep(job: Job[AccSleep]) -> None:
 
 
 @awa_django.job(AccBlock, queue="acc")
-def acc_block(job: Job[AccBlock]) -> None:
+def acc_block(job: JobContext[AccBlock]) -> None:
     record(job)
     time.sleep(job.args.seconds)
 
@@ -65,7 +65,7 @@ class PerfNoop:
 
 
 @awa_django.job(PerfNoop, queue="perf")
-def perf_noop(job: Job[PerfNoop]) -> None:
+def perf_noop(job: JobContext[PerfNoop]) -> None:
     """A sync no-op, for quick throughput checks."""
 
 
@@ -75,7 +75,7 @@ class PerfAsyncNoop:
 
 
 @awa_django.job(PerfAsyncNoop, queue="perf")
-async def perf_async_noop(job: Job[PerfAsyncNoop]) -> None:
+async def perf_async_noop(job: JobContext[PerfAsyncNoop]) -> None:
     """An async no-op, for quick throughput checks."""
 
 
@@ -89,7 +89,7 @@ class AccPark:
 
 
 @awa_django.job(AccPark, queue="acc")
-def acc_park(job: Job[AccPark]) -> awa_django.WaitForCallback:
+def acc_park(job: JobContext[AccPark]) -> awa_django.WaitForCallback:
     record(job)
     token = job.register_callback(timeout=job.args.timeout)
     if job.args.hold:
@@ -105,7 +105,7 @@ class AccWaitInPlace:
 
 
 @awa_django.job(AccWaitInPlace, queue="acc")
-def acc_wait_in_place(job: Job[AccWaitInPlace]) -> None:
+def acc_wait_in_place(job: JobContext[AccWaitInPlace]) -> None:
     record(job)
     token = job.register_callback(timeout=600)
     job.result = {"payload": job.wait_for_callback(token)}
@@ -117,7 +117,7 @@ class AccAsyncWaitInPlace:
 
 
 @awa_django.job(AccAsyncWaitInPlace, queue="acc")
-async def acc_async_wait_in_place(job: Job[AccAsyncWaitInPlace]) -> None:
+async def acc_async_wait_in_place(job: JobContext[AccAsyncWaitInPlace]) -> None:
     token = await job.aregister_callback(timeout=600)
     job.result = {"payload": await job.await_for_callback(token)}
 
@@ -134,7 +134,7 @@ class AccExit:
 
 
 @awa_django.job(AccExit, queue="acc")
-def acc_exit(job: Job[AccExit]) -> None:
+def acc_exit(job: JobContext[AccExit]) -> None:
     record(job)
     sys.exit(job.args.code)
 
@@ -145,5 +145,5 @@ class AccSlowHooked:
 
 
 @awa_django.job(AccSlowHooked, queue="acc")
-def acc_slow_hooked(job: Job[AccSlowHooked]) -> None:
+def acc_slow_hooked(job: JobContext[AccSlowHooked]) -> None:
     record(job)

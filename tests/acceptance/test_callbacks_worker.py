@@ -6,7 +6,7 @@ import pytest
 
 import awa_django
 from awa_django.events import Completed
-from awa_django.models import ActiveLease, Job
+from awa_django.storage.models import ActiveLease, Job
 from testproject.testjobs.jobs import AccAsyncWaitInPlace, AccPark, AccWaitInPlace
 from testproject.testjobs.models import HookCall
 
@@ -31,20 +31,20 @@ def test_parked_job_frees_its_slot_and_completes_from_the_client(start_worker, c
     wait_until(lambda: row(other.id).state == "waiting_external", what="second park")
 
     parked_callback = row(parked.id).callback_id
-    done = awa_django.client.complete_external(parked_callback, {"ok": True})
+    done = awa_django.Client().complete_external(parked_callback, {"ok": True})
     assert done.state == "completed"
     assert [e.job.id for e in seen] == [parked.id]  # dispatched here, in the resolving process
     assert seen[0].duration.total_seconds() == 0
     first_callback = seen[0].job.callback_id or parked_callback
     with pytest.raises(awa_django.CallbackNotFound):
-        awa_django.client.complete_external(first_callback, {})
+        awa_django.Client().complete_external(first_callback, {})
 
 
 def test_callback_resolved_before_the_handler_parks_is_one_outcome(start_worker):
     job = awa_django.enqueue(AccPark(hold=True))
     worker = start_worker("--queue", "acc=1")
     callback_id = wait_until(lambda: row(job.id).callback_id, what="callback registered")
-    awa_django.client.complete_external(callback_id, None)
+    awa_django.Client().complete_external(callback_id, None)
     wait_until(lambda: "is stale" in worker.output(), what="the park to find nothing")
     assert row(job.id).state == "completed"
     assert not HookCall.objects.filter(job_id=job.id, event="WaitingForCallback").exists()
@@ -57,7 +57,7 @@ def test_wait_for_callback_resumes_the_handler_in_place(start_worker, args):
     worker = start_worker("--queue", "acc=1")
     wait_until(lambda: row(job.id).state == "waiting_external", what="sequential wait")
     assert ActiveLease.objects.filter(job_id=job.id).exists()  # it keeps its slot and lease
-    awa_django.client.resume_external(row(job.id).callback_id, {"answer": 42})
+    awa_django.Client().resume_external(row(job.id).callback_id, {"answer": 42})
     wait_until(lambda: row(job.id).state == "completed", what="resumed handler to finish")
     finished = row(job.id)
     assert finished.result == {"payload": {"answer": 42}}

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 import awa_django
-from awa_django.models import Job
+from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccNoop
 
 from .conftest import wait_until

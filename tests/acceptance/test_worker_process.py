@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 
 import awa_django
-from awa_django.models import ActiveLease, Job, LeaderLease, WorkerInstance
+from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
 from testproject.testjobs.jobs import AccBlock, AccNoop, AccSleep
 from testproject.testjobs.models import Execution, HookCall
 

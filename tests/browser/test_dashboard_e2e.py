@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from awa_django.models import Job, QueueState, WorkerInstance
+from awa_django.storage.models import Job, QueueState, WorkerInstance
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -19,8 +19,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from awa_django.admin import actions as admin_actions
-from awa_django.client import Client
-from awa_django.models import ActiveLease, Job, QueueState, WorkerInstance
+from awa_django.client.client import Client
+from awa_django.storage.models import ActiveLease, Job, QueueState, WorkerInstance
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -143,7 +143,7 @@ def test_filter_choices_come_from_config_and_registry_not_a_table_scan(admin_cli
 
 
 def test_large_result_shows_an_estimated_count(admin_client, monkeypatch):
-    from awa_django.paginator import EstimatedCountPaginator
+    from awa_django.admin.paginator import EstimatedCountPaginator
 
     monkeypatch.setattr(EstimatedCountPaginator, "exact_limit", 5)
     JobFactory.create_batch(8)

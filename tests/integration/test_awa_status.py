@@ -18,8 +18,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from awa_django.models import WorkerInstance
-from awa_django.queues import pause_queue
+from awa_django.storage.figures import pause_queue
+from awa_django.storage.models import WorkerInstance
 from tests.factories import JobFactory
 
 ROOT = Path(__file__).resolve().parents[2]

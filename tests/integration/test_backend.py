@@ -22,16 +22,16 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from awa_django import Client
-from awa_django.backends import (
+from awa_django.registry import registry
+from awa_django.storage.models import Job
+from awa_django.tasks.backend import (
     TASK_METADATA_KEY,
     AwaBackend,
     AwaTask,
     awa_priority,
     exception_path,
 )
-from awa_django.models import Job
-from awa_django.registry import registry
-from awa_django.task_runner import resolve
+from awa_django.tasks.runner import resolve
 from awa_django.testing import drain
 from tests import tasks_for_tests as t
 from tests.factories import JobFactory

@@ -19,13 +19,13 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 import awa_django
-from awa_django.client import Client
+from awa_django.client.client import Client
 from awa_django.events import Cancelled, Completed, Event
 from awa_django.exceptions import CallbackNotFound
-from awa_django.models import ActiveLease, Job
-from awa_django.snapshot import JobRow
-from awa_django.sql import jobs as jobs_sql
-from awa_django.sql import maintenance as maintenance_sql
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.models import ActiveLease, Job
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import maintenance as maintenance_sql
 from tests.integration.test_callbacks import ParkedJobFactory, running_with_callback
 from tests.integration.test_client_hooks import raw_connection
 
@@ -94,7 +94,7 @@ def expired_parked_job() -> Job:
     return ParkedJobFactory(callback_timeout_at=timezone.now() - dt.timedelta(seconds=1))
 
 
-def one_winner(racers: list[Racer]) -> JobRow:
+def one_winner(racers: list[Racer]) -> JobSnapshot:
     """Exactly one racer got a row; every other got CallbackNotFound."""
     winners = [r.value for r in racers if r.error is None]
     losers = [r.error for r in racers if r.error is not None]

@@ -17,12 +17,12 @@ from django.db import connection
 from django.utils import timezone
 
 import awa_django
-from awa_django.callbacks import ResolveResult
-from awa_django.client import Client
+from awa_django.client.callbacks import ResolveResult
+from awa_django.client.client import Client
 from awa_django.events import Completed, Exhausted, Retried
 from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption, SerializationError
-from awa_django.models import ActiveLease, Job
-from awa_django.sql import callbacks as callbacks_sql
+from awa_django.storage.models import ActiveLease, Job
+from awa_django.storage.sql import callbacks as callbacks_sql
 from testproject.shop.jobs import SendReceipt
 from tests.factories import JobFactory
 

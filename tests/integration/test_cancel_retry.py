@@ -16,15 +16,15 @@ import pytest
 from django.utils import timezone
 
 import awa_django
-from awa_django import storage
 from awa_django.channels import CANCEL_CHANNEL, channel_for
 from awa_django.events import Cancelled
-from awa_django.models import ActiveLease, Job
-from awa_django.snapshot import JobRow
-from awa_django.sql import jobs as jobs_sql
+from awa_django.execution.inline import run_available
+from awa_django.execution.outcomes import Transition
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage import connection as storage
+from awa_django.storage.models import ActiveLease, Job
+from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.testing import capture_events
-from awa_django.worker.inline import run_available
-from awa_django.worker.outcomes import Transition
 from tests.factories import JobFactory as BaseJobFactory
 from tests.listening import Listener
 
@@ -46,12 +46,12 @@ class CoreCancelSelf:
 
 
 @awa_django.job(CoreCancelSelf, queue=Q)
-def core_cancel_self(job: awa_django.Job[CoreCancelSelf]) -> None:
+def core_cancel_self(job: awa_django.JobContext[CoreCancelSelf]) -> None:
     # An operator cancels the job while this attempt runs; the attempt then "succeeds".
-    awa_django.client.cancel(job.id)
+    awa_django.Client().cancel(job.id)
 
 
-def claim() -> JobRow:
+def claim() -> JobSnapshot:
     (row,) = storage.fetch_jobs(
         "default",
         jobs_sql.job_claim_many,
@@ -60,7 +60,7 @@ def claim() -> JobRow:
     return row
 
 
-def running() -> JobRow:
+def running() -> JobSnapshot:
     JobFactory()
     return claim()
 
@@ -79,7 +79,7 @@ def test_cancel_of_a_running_job_drops_its_lease_and_notifies_its_worker(
 ) -> None:
     row = running()
     with capture_events() as captured:
-        cancelled = awa_django.client.cancel(row.id)
+        cancelled = awa_django.Client().cancel(row.id)
     assert cancelled is not None
     assert (cancelled.state, cancelled.run_lease, cancelled.errors) == ("cancelled", 1, [])
     assert cancelled.finalized_at is not None
@@ -95,7 +95,7 @@ def test_cancel_of_a_running_job_drops_its_lease_and_notifies_its_worker(
 @pytest.mark.django_db(transaction=True)
 def test_cancel_of_a_queued_job_sends_no_cancel_notify(listener: Listener) -> None:
     job = JobFactory()
-    assert awa_django.client.cancel(job.id) is not None
+    assert awa_django.Client().cancel(job.id) is not None
     assert Job.objects.get(id=job.id).state == "cancelled"
     listener.assert_nothing_pending(CANCEL_CHANNEL)
 
@@ -109,7 +109,7 @@ def test_cancel_of_a_parked_job_clears_its_callback_and_notifies(listener: Liste
         callback_id=uuid.uuid4(),
         callback_timeout_at=timezone.now() + dt.timedelta(hours=1),
     )
-    cancelled = awa_django.client.cancel(job.id)
+    cancelled = awa_django.Client().cancel(job.id)
     assert cancelled is not None
     assert (cancelled.state, cancelled.callback_id, cancelled.callback_timeout_at) == (
         "cancelled",
@@ -123,7 +123,7 @@ def test_cancel_of_a_parked_job_clears_its_callback_and_notifies(listener: Liste
 
 def test_later_outcomes_of_a_cancelled_attempt_are_stale() -> None:
     row = running()
-    awa_django.client.cancel(row.id)
+    awa_django.Client().cancel(row.id)
     before = Job.objects.filter(id=row.id).values().get()
     completed = storage.fetch_jobs(
         "default",
@@ -154,12 +154,12 @@ def test_an_attempt_cancelled_while_it_runs_cannot_complete(
 def test_cancel_of_a_terminal_job_is_none_and_changes_nothing(state: str) -> None:
     job = JobFactory(state=state, finalized_at=timezone.now())
     before = Job.objects.filter(id=job.id).values().get()
-    assert awa_django.client.cancel(job.id) is None
+    assert awa_django.Client().cancel(job.id) is None
     assert Job.objects.filter(id=job.id).values().get() == before
 
 
 def test_cancel_of_an_unknown_job_is_none() -> None:
-    assert awa_django.client.cancel(987654321) is None
+    assert awa_django.Client().cancel(987654321) is None
 
 
 def test_cancel_many_moves_every_non_terminal_job(
@@ -167,7 +167,7 @@ def test_cancel_many_moves_every_non_terminal_job(
 ) -> None:
     ids = [JobFactory(state=s).id for s in ("available", "scheduled", "retryable", "completed")]
     with capture_events() as captured, django_capture_on_commit_callbacks(execute=True):
-        cancelled = awa_django.client.cancel_many([*ids, ids[0], 987654321])
+        cancelled = awa_django.Client().cancel_many([*ids, ids[0], 987654321])
     assert sorted(r.id for r in cancelled) == sorted(ids[:3])
     assert sorted(e.job.id for e in captured.of_type(Cancelled)) == sorted(ids[:3])
 
@@ -182,7 +182,7 @@ def test_retry_of_a_failed_job_resets_attempts_keeps_errors_and_wakes_the_queue(
         state="failed", attempt=3, max_attempts=3, run_lease=3, errors=errors,
         finalized_at=timezone.now(), progress={"p": 1},
     )  # fmt: skip
-    row = awa_django.client.retry(job.id)
+    row = awa_django.Client().retry(job.id)
     assert row is not None
     assert (row.state, row.attempt, row.run_lease, row.errors) == ("available", 0, 3, errors)
     assert (row.finalized_at, row.progress) == (None, {"p": 1})
@@ -194,7 +194,7 @@ def test_retry_of_a_failed_job_resets_attempts_keeps_errors_and_wakes_the_queue(
 
 def test_retry_of_a_cancelled_job() -> None:
     job = JobFactory(state="cancelled", attempt=1, run_lease=1, finalized_at=timezone.now())
-    row = awa_django.client.retry(job.id)
+    row = awa_django.Client().retry(job.id)
     assert row is not None and (row.state, row.attempt) == ("available", 0)
 
 
@@ -206,7 +206,7 @@ def test_retry_of_a_parked_job_clears_its_callback() -> None:
         callback_id=uuid.uuid4(),
         callback_timeout_at=timezone.now() + dt.timedelta(hours=1),
     )
-    row = awa_django.client.retry(job.id)
+    row = awa_django.Client().retry(job.id)
     assert row is not None
     assert (row.state, row.attempt, row.callback_id) == ("available", 0, None)
 
@@ -215,13 +215,13 @@ def test_retry_of_a_parked_job_clears_its_callback() -> None:
 def test_retry_refuses_other_states(state: str) -> None:
     job = JobFactory(state=state, attempt=1)
     before = Job.objects.filter(id=job.id).values().get()
-    assert awa_django.client.retry(job.id) is None
+    assert awa_django.Client().retry(job.id) is None
     assert Job.objects.filter(id=job.id).values().get() == before
 
 
 def test_retry_refuses_a_running_job() -> None:
     row = running()
-    assert awa_django.client.retry(row.id) is None
+    assert awa_django.Client().retry(row.id) is None
     assert Job.objects.get(id=row.id).state == "running"
     assert ActiveLease.objects.filter(job_id=row.id).exists()
 
@@ -229,5 +229,5 @@ def test_retry_refuses_a_running_job() -> None:
 def test_retry_many_returns_only_the_jobs_it_moved() -> None:
     failed = JobFactory(state="failed", attempt=1)
     done = JobFactory(state="completed", attempt=1)
-    rows = awa_django.client.retry_many([failed.id, done.id, failed.id, 987654321])
+    rows = awa_django.Client().retry_many([failed.id, done.id, failed.id, 987654321])
     assert [r.id for r in rows] == [failed.id]

@@ -13,7 +13,7 @@ from django.db import connection, connections, transaction
 
 import awa_django
 from awa_django.channels import channel_for
-from awa_django.client import Client
+from awa_django.client.client import Client
 from awa_django.events import Cancelled, Completed, Exhausted, Retried
 from testproject.shop.jobs import SendReceipt
 from tests.integration.test_callbacks import ParkedJobFactory, running_with_callback

@@ -22,9 +22,9 @@ from django.test import Client as HttpClient
 from django.utils import timezone
 
 import awa_django
-from awa_django.models import Job
-from awa_django.signing import callback_url, sign_callback_request
-from awa_django.worker.inline import run_available
+from awa_django.execution.inline import run_available
+from awa_django.storage.models import Job
+from awa_django.web.signing import callback_url, sign_callback_request
 from testproject.shop import hooks
 from testproject.shop.demo import database_url
 from testproject.shop.jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory

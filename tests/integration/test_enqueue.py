@@ -26,7 +26,7 @@ from awa_django.exceptions import (
     SerializationError,
     UnknownJobKind,
 )
-from awa_django.models import Job
+from awa_django.storage.models import Job
 from tests.listening import Listener
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ class CoreEnqueueMail:
 
 
 @awa_django.job(CoreEnqueueMail, queue="core-mail", priority=3, max_attempts=5)
-def core_enqueue_mail(job: awa_django.Job[CoreEnqueueMail]) -> None:
+def core_enqueue_mail(job: awa_django.JobContext[CoreEnqueueMail]) -> None:
     return None
 
 

@@ -20,14 +20,14 @@ from django.db.models import F
 from django.utils import timezone
 
 import awa_django
-from awa_django import storage
 from awa_django.events import Cancelled, Completed, Exhausted, Retried, Started
 from awa_django.exceptions import TerminalError
-from awa_django.models import ActiveLease, Job
+from awa_django.execution.inline import run_available
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from awa_django.sql import maintenance as maintenance_sql
+from awa_django.storage import connection as storage
+from awa_django.storage.models import ActiveLease, Job
+from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.testing import capture_events
-from awa_django.worker.inline import run_available
 from tests.factories import JobFactory as BaseJobFactory
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +48,7 @@ class CoreOutcome:
 
 
 @awa_django.job(CoreOutcome, queue=QUEUE, max_attempts=3)
-def core_outcome(job: awa_django.Job[CoreOutcome]) -> Any:
+def core_outcome(job: awa_django.JobContext[CoreOutcome]) -> Any:
     CALLS.append((job.id, job.attempt))
     mode, seconds = job.args.mode, job.args.seconds
     if mode == "ok":
@@ -128,7 +128,7 @@ class CoreOutcomeTyped:
 
 
 @awa_django.job(CoreOutcomeTyped, queue=QUEUE)
-def core_outcome_typed(job: awa_django.Job[CoreOutcomeTyped]) -> None:
+def core_outcome_typed(job: awa_django.JobContext[CoreOutcomeTyped]) -> None:
     CALLS.append((job.id, job.attempt))
 
 
@@ -138,7 +138,7 @@ class CoreOutcomeAsync:
 
 
 @awa_django.job(CoreOutcomeAsync, queue=QUEUE)
-async def core_outcome_async(job: awa_django.Job[CoreOutcomeAsync]) -> None:
+async def core_outcome_async(job: awa_django.JobContext[CoreOutcomeAsync]) -> None:
     CALLS.append((job.id, job.attempt))
     if job.args.fail:
         raise CoreOutcomeBoom("async boom")

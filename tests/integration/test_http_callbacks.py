@@ -13,7 +13,7 @@ from django.test import Client as HttpClient
 
 import awa_django
 from awa_django.events import Completed, Exhausted, Retried
-from awa_django.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_callback_request
+from awa_django.web.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_callback_request
 from tests.integration.test_callbacks import (
     ParkedJobFactory,
     db_now,

@@ -9,10 +9,10 @@ import factory
 import pytest
 from django.utils import timezone
 
-from awa_django import queues
+from awa_django.admin.paginator import EstimatedCountPaginator
 from awa_django.exceptions import InvalidQueueName
-from awa_django.models import Job, QueueState, WorkerInstance
-from awa_django.paginator import EstimatedCountPaginator
+from awa_django.storage import figures as queues
+from awa_django.storage.models import Job, QueueState, WorkerInstance
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

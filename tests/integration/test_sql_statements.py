@@ -19,16 +19,16 @@ from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
-from awa_django import storage
-from awa_django.models import ActiveLease, Job, LeaderLease, QueueState, WorkerInstance
-from awa_django.snapshot import JobRow
-from awa_django.sql import Statement
-from awa_django.sql import admin as admin_sql
-from awa_django.sql import jobs as jobs_sql
-from awa_django.sql import leases as leases_sql
-from awa_django.sql import maintenance as maintenance_sql
-from awa_django.sql import workers as workers_sql
-from awa_django.worker.outcomes import Transition
+from awa_django.execution.outcomes import Transition
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage import connection as storage
+from awa_django.storage.models import ActiveLease, Job, LeaderLease, QueueState, WorkerInstance
+from awa_django.storage.sql import Statement
+from awa_django.storage.sql import admin as admin_sql
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import leases as leases_sql
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql import workers as workers_sql
 from tests.factories import JobFactory as BaseJobFactory
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +44,7 @@ class JobFactory(BaseJobFactory):
     run_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(minutes=1))
 
 
-def jobs(statement: Statement, **params: Any) -> list[JobRow]:
+def jobs(statement: Statement, **params: Any) -> list[JobSnapshot]:
     return storage.fetch_jobs("default", statement, params)
 
 
@@ -54,7 +54,7 @@ def rows(statement: Statement, **params: Any) -> list[tuple[Any, ...]]:
 
 def claim(
     queue: str = Q, limit: int = 10, worker: str = "w1", deadline: float = 0.0
-) -> list[JobRow]:
+) -> list[JobSnapshot]:
     return jobs(
         jobs_sql.job_claim_many,
         queue=queue,
@@ -64,18 +64,22 @@ def claim(
     )
 
 
-def running(**fields: Any) -> JobRow:
+def running(**fields: Any) -> JobSnapshot:
     """A job claimed by worker w1 (attempt 1, run_lease 1, lease row present)."""
     job = JobFactory(**fields)
     (row,) = [r for r in claim(queue=job.queue, limit=1000) if r.id == job.id]
     return row
 
 
-def set_state(row: JobRow, transition: Transition, progress: str | None = None) -> list[JobRow]:
+def set_state(
+    row: JobSnapshot, transition: Transition, progress: str | None = None
+) -> list[JobSnapshot]:
     return jobs(jobs_sql.job_set_state_if_running, **transition.params(row, progress))
 
 
-def complete(pairs: list[tuple[int, int]], results: list[str | None] | None = None) -> list[JobRow]:
+def complete(
+    pairs: list[tuple[int, int]], results: list[str | None] | None = None
+) -> list[JobSnapshot]:
     return jobs(
         jobs_sql.job_complete_many,
         ids=[i for i, _ in pairs],
@@ -353,7 +357,7 @@ def test_job_set_state_if_running_on_a_job_that_is_not_running_changes_nothing(
     state: str,
 ) -> None:
     job = JobFactory(state=state, run_lease=3, attempt=1)
-    row = JobRow.from_mapping(snapshot(job.id))
+    row = JobSnapshot.from_mapping(snapshot(job.id))
     before = snapshot(job.id)
     assert set_state(row, Transition("failed", None, error="x", terminal=True)) == []
     assert snapshot(job.id) == before
@@ -807,7 +811,7 @@ def test_job_complete_many_plan_uses_the_primary_key() -> None:
 
 @pytest.mark.usefixtures("big_table")
 def test_job_set_state_if_running_plan_uses_the_primary_key() -> None:
-    row = JobRow.from_mapping(Job.objects.filter(state="available").values().first())
+    row = JobSnapshot.from_mapping(Job.objects.filter(state="available").values().first())
     plan = explain(
         jobs_sql.job_set_state_if_running,
         **Transition("retryable", None, run_at_mode="backoff", error="e").params(row, None),

@@ -11,10 +11,10 @@ import pytest
 from django.utils import timezone
 
 import awa_django
-from awa_django import Client, Job, Snooze
+from awa_django import Client, JobContext, Snooze
 from awa_django.events import Completed, Exhausted, Started
-from awa_django.models import Job as JobModel
 from awa_django.registry import HookRegistration, registry
+from awa_django.storage.models import Job as JobModel
 from awa_django.testing import (
     assert_enqueued,
     assert_not_enqueued,
@@ -36,7 +36,7 @@ class SnoozeForever:
 
 
 @awa_django.job(SnoozeForever)
-def snooze_forever(job: Job[SnoozeForever]) -> Snooze:
+def snooze_forever(job: JobContext[SnoozeForever]) -> Snooze:
     return Snooze(0)
 
 
@@ -48,7 +48,7 @@ class EnqueueForever:
 
 
 @awa_django.job(EnqueueForever)
-def enqueue_forever(job: Job[EnqueueForever]) -> None:
+def enqueue_forever(job: JobContext[EnqueueForever]) -> None:
     awa_django.enqueue(EnqueueForever())
 
 
@@ -61,7 +61,7 @@ class FanOut:
 
 
 @awa_django.job(FanOut)
-def fan_out(job: Job[FanOut]) -> None:
+def fan_out(job: JobContext[FanOut]) -> None:
     for n in range(job.args.count):
         awa_django.enqueue(SendReceipt(order_id=n))
 

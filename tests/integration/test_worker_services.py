@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 import pytest
 from django.utils import timezone
 
-from awa_django import storage
 from awa_django.conf import QueueConfig
-from awa_django.context import Job as JobContext
 from awa_django.events import Rescued
-from awa_django.models import ActiveLease, Job, LeaderLease, WorkerInstance
-from awa_django.snapshot import JobRow
-from awa_django.sql import jobs as jobs_sql
+from awa_django.execution.context import JobContext
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage import connection as storage
+from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
+from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
 from awa_django.worker.dispatcher import Dispatcher
@@ -79,7 +79,7 @@ def count_statements(db: Database) -> list[str]:
     return seen
 
 
-def claim(limit: int = 10, deadline: float = 0.0) -> list[JobRow]:
+def claim(limit: int = 10, deadline: float = 0.0) -> list[JobSnapshot]:
     """Claim on Django's connection (autocommit here), as another worker would."""
     return storage.fetch_jobs(
         "default",
@@ -102,7 +102,7 @@ def test_dispatcher_claims_no_more_than_its_free_slots() -> None:
     async def step(db: Database) -> tuple[list[int], list[str]]:
         gates: dict[int, asyncio.Event] = {}
 
-        async def execute(row: JobRow, release: Callable[[], None]) -> None:
+        async def execute(row: JobSnapshot, release: Callable[[], None]) -> None:
             gates[row.id] = asyncio.Event()
             await gates[row.id].wait()
             release()
@@ -136,7 +136,7 @@ def test_dispatcher_applies_the_queue_deadline_to_the_lease() -> None:
     JobFactory()
 
     async def step(db: Database) -> None:
-        async def execute(row: JobRow, release: Callable[[], None]) -> None:
+        async def execute(row: JobSnapshot, release: Callable[[], None]) -> None:
             release()
 
         dispatcher = Dispatcher(QueueConfig(Q, concurrency=1, deadline=42), db, execute, "w", 1)
@@ -160,7 +160,9 @@ def test_concurrent_dispatchers_never_claim_the_same_job() -> None:
             dispatchers = []
             for index, db in enumerate(databases):
 
-                async def execute(row: JobRow, release: Callable[[], None], i: int = index) -> None:
+                async def execute(
+                    row: JobSnapshot, release: Callable[[], None], i: int = index
+                ) -> None:
                     claimed[i].append(row.id)
                     release()
 
@@ -183,9 +185,11 @@ def test_concurrent_dispatchers_never_claim_the_same_job() -> None:
 def test_completer_batches_completions_into_one_statement_and_reports_stale_ones() -> None:
     JobFactory.create_batch(4)
     a, b, c, d = claim()
-    stale_d = JobRow.from_mapping({**Job.objects.filter(id=d.id).values().get(), "run_lease": 0})
+    stale_d = JobSnapshot.from_mapping(
+        {**Job.objects.filter(id=d.id).values().get(), "run_lease": 0}
+    )
 
-    async def step(db: Database) -> tuple[list[JobRow | None], list[str], int]:
+    async def step(db: Database) -> tuple[list[JobSnapshot | None], list[str], int]:
         completer = Completer(db, forced=lambda: False)
         statements = count_statements(db)
         waiting = [
@@ -285,7 +289,7 @@ def test_rescuer_rescues_stale_heartbeats_deadlines_and_expired_callbacks() -> N
     exhausted = parked(attempt=3, max_attempts=3)
     emitted: list[Rescued] = []
 
-    async def step(db: Database) -> list[tuple[str, JobRow]]:
+    async def step(db: Database) -> list[tuple[str, JobSnapshot]]:
         return await Rescuer(db, staleness=90, emit=emitted.append).run_once()
 
     rescued = with_db(step)
@@ -326,7 +330,7 @@ def test_rescued_attempt_can_no_longer_complete() -> None:
     (row,) = claim()
     ActiveLease.objects.update(heartbeat_at=timezone.now() - AGO)
 
-    async def step(db: Database) -> JobRow | None:
+    async def step(db: Database) -> JobSnapshot | None:
         await Rescuer(db, staleness=90, emit=lambda event: None).run_once()
         completer = Completer(db, forced=lambda: False)
         waiting = asyncio.ensure_future(completer.complete(row, None))

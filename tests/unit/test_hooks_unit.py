@@ -11,11 +11,11 @@ import threading
 import pytest
 
 import awa_django
-from awa_django import hooks
 from awa_django.checks import check_callback_secret, check_hook_kinds
 from awa_django.events import Cancelled, Completed, Exhausted, Retried, Started
 from awa_django.registry import HookRegistration, JobDefinition, Registry
-from awa_django.snapshot import JobRow
+from awa_django.registry import dispatch as hooks
+from awa_django.snapshot import JobSnapshot
 
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
@@ -25,7 +25,7 @@ class PackOrder:
     order_id: int
 
 
-def job_row(**changes) -> JobRow:
+def job_row(**changes) -> JobSnapshot:
     base = {
         "id": 41, "kind": "pack_order", "queue": "default", "args": {"order_id": 5},
         "state": "completed", "priority": 2, "attempt": 1, "max_attempts": 25, "run_at": NOW,
@@ -33,7 +33,7 @@ def job_row(**changes) -> JobRow:
         "errors": [], "metadata": {}, "tags": [], "progress": None, "callback_id": None,
         "callback_timeout_at": None, "result": None, "attempted_by": [],
     }  # fmt: skip
-    return JobRow(**{**base, **changes})
+    return JobSnapshot(**{**base, **changes})
 
 
 def add(reg: Registry, hook, kind="pack_order", events=None, args_type=None) -> None:

@@ -46,7 +46,7 @@ def test_job_registers_the_snake_case_kind_with_its_defaults() -> None:
         n: int
 
     @awa_django.job(CoreKindRegistered, queue="core-kind", max_attempts=7, priority=3)
-    def handler(job: awa_django.Job[CoreKindRegistered]) -> None:
+    def handler(job: awa_django.JobContext[CoreKindRegistered]) -> None:
         return None
 
     definition = registry.job("core_kind_registered")
@@ -63,7 +63,7 @@ def test_job_with_an_explicit_kind_is_found_from_the_args_type() -> None:
         n: int
 
     @awa_django.job(CoreKindRenamed, kind="core.kind.renamed")
-    async def handler(job: awa_django.Job[CoreKindRenamed]) -> None:
+    async def handler(job: awa_django.JobContext[CoreKindRenamed]) -> None:
         return None
 
     definition = registry.job_for_args(CoreKindRenamed)
@@ -77,13 +77,13 @@ def test_a_second_handler_for_the_same_kind_is_refused() -> None:
         n: int
 
     @awa_django.job(CoreKindTwice)
-    def first(job: awa_django.Job[CoreKindTwice]) -> None:
+    def first(job: awa_django.JobContext[CoreKindTwice]) -> None:
         return None
 
     with pytest.raises(ValueError, match="already registered"):
 
         @awa_django.job(CoreKindTwice)
-        def second(job: awa_django.Job[CoreKindTwice]) -> None:
+        def second(job: awa_django.JobContext[CoreKindTwice]) -> None:
             return None
 
     # Registering the very same handler again (a re-import) is harmless.

@@ -12,10 +12,8 @@ import pytest
 
 from awa_django.events import Cancelled, Exhausted, Retried, WaitingForCallback
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
-from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from awa_django.snapshot import JobRow
-from awa_django.worker import outcomes
-from awa_django.worker.outcomes import (
+from awa_django.execution import outcomes
+from awa_django.execution.outcomes import (
     Transition,
     contract_violation,
     describe,
@@ -23,12 +21,14 @@ from awa_django.worker.outcomes import (
     plan,
     plan_failure,
 )
+from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_django.snapshot import JobSnapshot
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
 
-def make_row(**changes: Any) -> JobRow:
-    row = JobRow(
+def make_row(**changes: Any) -> JobSnapshot:
+    row = JobSnapshot(
         id=11,
         kind="core_unit",
         queue="default",

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from awa_django.signing import (
+from awa_django.web.signing import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     InvalidSignature,

@@ -10,9 +10,15 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, ProgrammingError, connections
 
-from ...conf import awa_settings
-from ...models import WorkerInstance
-from ...queues import DEPTH_STATES, QueueStats, format_duration, live_workers, queue_stats
+from awa_django.conf import awa_settings
+from awa_django.storage.figures import (
+    DEPTH_STATES,
+    QueueStats,
+    format_duration,
+    live_workers,
+    queue_stats,
+)
+from awa_django.storage.models import WorkerInstance
 
 SHORT_NAMES = {"waiting_external": "waiting"}
 

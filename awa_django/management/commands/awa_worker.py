@@ -11,11 +11,11 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from ...conf import QueueConfig, load_settings, validate_queue_name
-from ...exceptions import InvalidQueueName
-from ...registry import registry
-from ...worker.runtime import run_worker
-from ...worker.supervisor import Supervisor
+from awa_django.conf import QueueConfig, load_settings, validate_queue_name
+from awa_django.exceptions import InvalidQueueName
+from awa_django.registry import registry
+from awa_django.worker.runtime import run_worker
+from awa_django.worker.supervisor import Supervisor
 
 TIMING_FLAGS = {
     "poll_interval": "seconds between polls when no NOTIFY arrives (default 0.2)",

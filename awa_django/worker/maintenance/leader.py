@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ...sql import maintenance as maintenance_sql
-from ..database import TRANSIENT_ERRORS, Database
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.worker.database import TRANSIENT_ERRORS, Database
 
 logger = logging.getLogger("awa_django.worker")
 

@@ -8,8 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..database import TRANSIENT_ERRORS
-from .leader import LeaderElector
+from awa_django.worker.database import TRANSIENT_ERRORS
+from awa_django.worker.maintenance.leader import LeaderElector
 
 logger = logging.getLogger("awa_django.worker")
 

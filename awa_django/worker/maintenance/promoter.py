@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...sql import maintenance as maintenance_sql
-from ..database import Database
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.worker.database import Database
 
 BATCH = 4096
 # Per run: a huge backlog is promoted over several ticks, so the leader lease is renewed

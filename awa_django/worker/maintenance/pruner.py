@@ -3,9 +3,9 @@ that vanished without deregistering."""
 
 from __future__ import annotations
 
-from ...sql import maintenance as maintenance_sql
-from ...sql import workers as workers_sql
-from ..database import Database
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql import workers as workers_sql
+from awa_django.worker.database import Database
 
 BATCH = 1000
 MAX_BATCHES = 10  # per run: a large backlog is worked off over several runs

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ...events import Rescued
-from ...snapshot import JobRow
-from ...sql import leases as leases_sql
-from ...sql import maintenance as maintenance_sql
-from ..database import Database
+from awa_django.events import Rescued
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.sql import leases as leases_sql
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.worker.database import Database
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -26,7 +26,7 @@ class Rescuer:
         self.staleness = staleness
         self.emit = emit
 
-    async def run_once(self) -> list[tuple[str, JobRow]]:
+    async def run_once(self) -> list[tuple[str, JobSnapshot]]:
         rescued = [
             *[(STALE_HEARTBEAT, r) for r in await self._stale_heartbeats()],
             *[(DEADLINE_EXCEEDED, r) for r in await self._passed_deadlines()],
@@ -38,7 +38,7 @@ class Rescuer:
         await self.db.rows(leases_sql.lease_delete_orphans, {"staleness_seconds": self.staleness})
         return rescued
 
-    async def _stale_heartbeats(self) -> list[JobRow]:
+    async def _stale_heartbeats(self) -> list[JobSnapshot]:
         return await self.db.jobs(
             maintenance_sql.job_rescue_stale_heartbeat,
             {
@@ -48,11 +48,11 @@ class Rescuer:
             },
         )
 
-    async def _passed_deadlines(self) -> list[JobRow]:
+    async def _passed_deadlines(self) -> list[JobSnapshot]:
         return await self.db.jobs(
             maintenance_sql.job_rescue_deadline,
             {"limit": BATCH, "message": "hard deadline exceeded"},
         )
 
-    async def _expired_callbacks(self) -> list[JobRow]:
+    async def _expired_callbacks(self) -> list[JobSnapshot]:
         return await self.db.jobs(maintenance_sql.job_rescue_expired_callback, {"limit": BATCH})

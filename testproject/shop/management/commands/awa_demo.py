@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from awa_django.models import Job
+from awa_django.storage.models import Job
 
 from ... import demo, hooks
 

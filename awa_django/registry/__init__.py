@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .events import ALL_EVENTS, Event
+from awa_django.events import ALL_EVENTS, Event
 
 logger = logging.getLogger("awa_django.hooks")
 

@@ -18,14 +18,14 @@ from typing import Any, Literal
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from . import storage
-from .codec import dumps
-from .conf import awa_settings
-from .events import Completed, Event, Exhausted, Retried
-from .exceptions import CallbackNotFound, InvalidCallbackOption
-from .snapshot import COLUMNS, JobRow
-from .sql import Statement
-from .sql import callbacks as callbacks_sql
+from awa_django.codec import dumps
+from awa_django.conf import awa_settings
+from awa_django.events import Completed, Event, Exhausted, Retried
+from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption
+from awa_django.snapshot import COLUMNS, JobSnapshot
+from awa_django.storage import connection as storage
+from awa_django.storage.sql import Statement
+from awa_django.storage.sql import callbacks as callbacks_sql
 
 # Ten years: far beyond any real external wait, far below PostgreSQL's interval range.
 MAX_CALLBACK_TIMEOUT = 10 * 365 * 86400.0
@@ -39,7 +39,7 @@ class ResolveResult:
     committed row (unchanged for "ignore"); `payload` is the payload it was given."""
 
     outcome: DefaultAction
-    job: JobRow
+    job: JobSnapshot
     payload: Any
 
 
@@ -58,7 +58,7 @@ class CallbackResolution:
     # timed out, wrong state or wrong run_lease) raise CallbackNotFound.
     def complete_external(
         self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobRow:
+    ) -> JobSnapshot:
         """Complete a waiting_external (or still running) job. Fires Completed(duration 0).
         The payload is not stored; use `resume_external` to hand one to a waiting handler."""
         with transaction.atomic(using=self.using):
@@ -66,12 +66,12 @@ class CallbackResolution:
 
     def fail_external(
         self, callback_id: uuid.UUID | str, error: str, *, run_lease: int | None = None
-    ) -> JobRow:
+    ) -> JobSnapshot:
         """Fail a waiting_external (or still running) job for good. Fires Exhausted."""
         with transaction.atomic(using=self.using):
             return self._fail(_callback_uuid(callback_id), _error_text(error), run_lease)
 
-    def retry_external(self, callback_id: uuid.UUID | str) -> JobRow:
+    def retry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
         """Make a waiting_external job available again with its attempts reset. Fires
         Retried (attempt = the parked attempt, next_run_at = the new run_at)."""
         params = {"callback_id": _callback_uuid(callback_id)}
@@ -79,14 +79,14 @@ class CallbackResolution:
             rows = storage.fetch_rows(self.using, callbacks_sql.job_retry_external, params)
             if not rows:
                 raise _not_found(callback_id, "retry_external")
-            job = JobRow.from_row(rows[0])
+            job = JobSnapshot.from_row(rows[0])
             parked_attempt = rows[0][len(COLUMNS)]
             self._on_commit([Retried(job=job, attempt=parked_attempt, next_run_at=job.run_at)])
         return job
 
     def resume_external(
         self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobRow:
+    ) -> JobSnapshot:
         """Hand `payload` to the handler waiting in `wait_for_callback`; the job is running
         again. Fires nothing: the resumed attempt reports its own outcome."""
         params = {
@@ -97,7 +97,9 @@ class CallbackResolution:
         with transaction.atomic(using=self.using):
             return self._one(callbacks_sql.job_resume_external, params, "resume_external")
 
-    def heartbeat_callback(self, callback_id: uuid.UUID | str, timeout: float = 3600) -> JobRow:
+    def heartbeat_callback(
+        self, callback_id: uuid.UUID | str, timeout: float = 3600
+    ) -> JobSnapshot:
         """Push a waiting_external job's callback timeout to now + `timeout` seconds
         (database clock). Fires nothing."""
         params = {"callback_id": _callback_uuid(callback_id), "timeout_seconds": _timeout(timeout)}
@@ -133,19 +135,19 @@ class CallbackResolution:
                 job = self._fail(cb, DEFAULT_ACTION_FAIL_ERROR, run_lease)
         return ResolveResult(outcome=default_action, job=job, payload=payload)
 
-    def _complete(self, callback_id: uuid.UUID, run_lease: int | None) -> JobRow:
+    def _complete(self, callback_id: uuid.UUID, run_lease: int | None) -> JobSnapshot:
         params = {"callback_id": callback_id, "run_lease": run_lease}
         job = self._one(callbacks_sql.job_complete_external, params, "complete_external")
         self._on_commit([Completed(job=job, duration=dt.timedelta(0))])
         return job
 
-    def _fail(self, callback_id: uuid.UUID, error: str, run_lease: int | None) -> JobRow:
+    def _fail(self, callback_id: uuid.UUID, error: str, run_lease: int | None) -> JobSnapshot:
         params = {"callback_id": callback_id, "run_lease": run_lease, "error": error}
         job = self._one(callbacks_sql.job_fail_external, params, "fail_external")
         self._on_commit([Exhausted(job=job, error=error, attempt=job.attempt)])
         return job
 
-    def _one(self, statement: Statement, params: dict[str, Any], verb: str) -> JobRow:
+    def _one(self, statement: Statement, params: dict[str, Any], verb: str) -> JobSnapshot:
         lease = params.get("run_lease")
         if lease is not None and (isinstance(lease, bool) or not isinstance(lease, int)):
             raise InvalidCallbackOption(f"run_lease must be an int or None, got {lease!r:.100}")
@@ -157,27 +159,27 @@ class CallbackResolution:
     # -- async twins --------------------------------------------------------------------
     async def acomplete_external(
         self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobRow:
+    ) -> JobSnapshot:
         return await sync_to_async(self.complete_external)(
             callback_id, payload, run_lease=run_lease
         )
 
     async def afail_external(
         self, callback_id: uuid.UUID | str, error: str, *, run_lease: int | None = None
-    ) -> JobRow:
+    ) -> JobSnapshot:
         return await sync_to_async(self.fail_external)(callback_id, error, run_lease=run_lease)
 
-    async def aretry_external(self, callback_id: uuid.UUID | str) -> JobRow:
+    async def aretry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
         return await sync_to_async(self.retry_external)(callback_id)
 
     async def aresume_external(
         self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobRow:
+    ) -> JobSnapshot:
         return await sync_to_async(self.resume_external)(callback_id, payload, run_lease=run_lease)
 
     async def aheartbeat_callback(
         self, callback_id: uuid.UUID | str, timeout: float = 3600
-    ) -> JobRow:
+    ) -> JobSnapshot:
         return await sync_to_async(self.heartbeat_callback)(callback_id, timeout)
 
     async def aresolve_callback(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..channels import channel_sql
-from ..snapshot import RETURNING_COLUMNS as COLS
-from . import Statement
+from awa_django.channels import channel_sql
+from awa_django.snapshot import RETURNING_COLUMNS as COLS
+from awa_django.storage.sql import Statement
 
 _J_COLS = ", ".join("j." + c for c in COLS.split(", "))
 

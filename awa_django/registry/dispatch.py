@@ -20,9 +20,9 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from .codec import decode_args
-from .events import Event
-from .registry import HookRegistration, Registry, registry
+from awa_django.codec import decode_args
+from awa_django.events import Event
+from awa_django.registry import HookRegistration, Registry, registry
 
 logger = logging.getLogger("awa_django.hooks")
 

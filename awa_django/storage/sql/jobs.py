@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..snapshot import RETURNING_COLUMNS as COLS
-from . import Statement
+from awa_django.snapshot import RETURNING_COLUMNS as COLS
+from awa_django.storage.sql import Statement
 
 # Wake-up hints ride on the statement that makes jobs available, so enqueue stays one round
 # trip: the uncorrelated sub-select runs once per statement (an InitPlan), never per row.

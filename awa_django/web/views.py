@@ -15,22 +15,22 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .client import Client
-from .conf import AwaSettings, awa_settings
-from .exceptions import (
+from awa_django.client.client import Client
+from awa_django.conf import AwaSettings, awa_settings
+from awa_django.exceptions import (
     CallbackNotFound,
     DatabaseUnavailable,
     InvalidCallbackOption,
     PayloadTooLarge,
     SerializationError,
 )
-from .signing import (
+from awa_django.snapshot import JobSnapshot
+from awa_django.web.signing import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     InvalidSignature,
     verify_callback_request,
 )
-from .snapshot import JobRow
 
 logger = logging.getLogger("awa_django.callbacks")
 
@@ -41,25 +41,25 @@ class _Rejected(Exception):
         self.status = status
 
 
-def _complete(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+def _complete(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobSnapshot:
     return client.complete_external(callback_id, body.get("payload"))
 
 
-def _fail(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+def _fail(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobSnapshot:
     return client.fail_external(callback_id, body.get("error", ""))
 
 
-def _retry(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+def _retry(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobSnapshot:
     return client.retry_external(callback_id)
 
 
-def _heartbeat(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobRow:
+def _heartbeat(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobSnapshot:
     return client.heartbeat_callback(callback_id, body.get("timeout_seconds", 3600))
 
 
 # Per action: the body fields it accepts and the Client call it makes. The Client checks
 # the values (a missing or empty error, a negative timeout) and says what is wrong.
-_ACTIONS: dict[str, tuple[frozenset[str], Callable[..., JobRow]]] = {
+_ACTIONS: dict[str, tuple[frozenset[str], Callable[..., JobSnapshot]]] = {
     "complete": (frozenset({"payload"}), _complete),
     "fail": (frozenset({"error"}), _fail),
     "retry": (frozenset(), _retry),

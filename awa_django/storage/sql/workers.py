@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Statement
+from awa_django.storage.sql import Statement
 
 # Params: worker_id, hostname, pid, queues (json text), leader, shutting_down,
 # completed_count. One upsert every few seconds per worker process.

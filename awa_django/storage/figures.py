@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from django.db.models import Count, DurationField, ExpressionWrapper, Min, Q
 from django.db.models.functions import Now
 
-from .conf import awa_settings, validate_queue_name
-from .models import Job, QueueState, WorkerInstance
-from .states import JobState
+from awa_django.conf import awa_settings, validate_queue_name
+from awa_django.states import JobState
+from awa_django.storage.models import Job, QueueState, WorkerInstance
 
 # Depth counts every state but `completed`: completed rows pile up until pruning and are
 # reported as throughput instead, so the count never walks the retained history.

@@ -17,7 +17,13 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from .backends import (
+from awa_django.codec import dumps
+from awa_django.conf import awa_settings
+from awa_django.events import Cancelled, Completed, Event, Exhausted, Started
+from awa_django.exceptions import PayloadTooLarge, SerializationError, TerminalError
+from awa_django.execution.context import JobContext
+from awa_django.registry import HookRegistration, JobDefinition, registry
+from awa_django.tasks.backend import (
     DEFAULT_MAX_ATTEMPTS,
     AwaBackend,
     _marker,
@@ -26,12 +32,6 @@ from .backends import (
     result_from_row,
     task_for_row,
 )
-from .codec import dumps
-from .conf import awa_settings
-from .context import Job
-from .events import Cancelled, Completed, Event, Exhausted, Started
-from .exceptions import PayloadTooLarge, SerializationError, TerminalError
-from .registry import HookRegistration, JobDefinition, registry
 
 logger = logging.getLogger("awa_django.backends")
 
@@ -60,7 +60,7 @@ def resolve(kind: str) -> JobDefinition | None:
     )
 
 
-def _call_args(task: Task, job: Job[Any]) -> tuple[list[Any], dict[str, Any]]:
+def _call_args(task: Task, job: JobContext[Any]) -> tuple[list[Any], dict[str, Any]]:
     payload = job.args if isinstance(job.args, dict) else {}
     args = list(payload.get("args", []))
     if task.takes_context:
@@ -70,16 +70,16 @@ def _call_args(task: Task, job: Job[Any]) -> tuple[list[Any], dict[str, Any]]:
     return args, dict(payload.get("kwargs", {}))
 
 
-def _sync_handler(task: Task) -> Callable[[Job[Any]], None]:
-    def run_task(job: Job[Any]) -> None:
+def _sync_handler(task: Task) -> Callable[[JobContext[Any]], None]:
+    def run_task(job: JobContext[Any]) -> None:
         args, kwargs = _call_args(task, job)
         job.result = checked_return_value(task, task.func(*args, **kwargs))
 
     return run_task
 
 
-def _async_handler(task: Task) -> Callable[[Job[Any]], Any]:
-    async def run_task(job: Job[Any]) -> None:
+def _async_handler(task: Task) -> Callable[[JobContext[Any]], Any]:
+    async def run_task(job: JobContext[Any]) -> None:
         args, kwargs = _call_args(task, job)
         job.result = checked_return_value(task, await task.func(*args, **kwargs))
 

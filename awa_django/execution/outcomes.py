@@ -13,11 +13,11 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..events import Cancelled, Event, Exhausted, Retried, WaitingForCallback
-from ..exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
-from ..results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from ..snapshot import JobRow
-from ..states import JobState
+from awa_django.events import Cancelled, Event, Exhausted, Retried, WaitingForCallback
+from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
+from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
+from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState
 
 TRACEBACK_LINES = 10
 # An error entry is stored on the hot row once per attempt: a handler whose exception text
@@ -40,7 +40,7 @@ class Transition:
     callback_id: uuid.UUID | None = None
     reason: str = ""
 
-    def params(self, row: JobRow, progress: str | None) -> dict[str, Any]:
+    def params(self, row: JobSnapshot, progress: str | None) -> dict[str, Any]:
         """Parameters of `job_set_state_if_running` for this transition of `row`."""
         values = asdict(self)
         del values["event"], values["reason"]
@@ -50,7 +50,7 @@ class Transition:
         return {**values, "id": row.id, "run_lease": row.run_lease, "progress": progress}
 
 
-def plan(row: JobRow, result: Any = None) -> Transition | None:
+def plan(row: JobSnapshot, result: Any = None) -> Transition | None:
     """The transition for a handler that returned `result` (None: a plain completion).
 
     Never raises: a malformed outcome (RetryAfter("soon"), Snooze(inf), WaitForCallback of
@@ -62,7 +62,7 @@ def plan(row: JobRow, result: Any = None) -> Transition | None:
         return plan_failure(row, exc)
 
 
-def _plan(row: JobRow, result: Any) -> Transition | None:
+def _plan(row: JobSnapshot, result: Any) -> Transition | None:
     match result:
         case RetryAfter(seconds=seconds):
             seconds = _delay(RetryAfter, seconds)
@@ -117,7 +117,7 @@ def _callback_id(token: object) -> uuid.UUID:
     )
 
 
-def plan_failure(row: JobRow, error: BaseException) -> Transition:
+def plan_failure(row: JobSnapshot, error: BaseException) -> Transition:
     """The transition for a handler that raised `error` (or whose job cannot run)."""
     message = describe(error)
     # SystemExit / KeyboardInterrupt from a handler would end the worker; retrying them
@@ -131,7 +131,7 @@ def plan_failure(row: JobRow, error: BaseException) -> Transition:
     return Transition(JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message)
 
 
-def after_refused_park(job: JobRow, current: JobRow | None) -> Transition | None:
+def after_refused_park(job: JobSnapshot, current: JobSnapshot | None) -> Transition | None:
     """A park (WaitForCallback) matched no row. If the attempt still runs under its lease,
     the handler returned a token that is not the job's current callback: fail the job.
     Otherwise the callback was resolved before the park landed: the outcome is stale."""
@@ -173,7 +173,7 @@ def describe(error: BaseException) -> str:
     return text
 
 
-def event_for(transition: Transition, row: JobRow) -> Event:
+def event_for(transition: Transition, row: JobSnapshot) -> Event:
     """The event a committed `transition` of `row` announces (its type must be set)."""
     event_type = transition.event
     assert event_type is not None

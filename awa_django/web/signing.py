@@ -28,8 +28,8 @@ import uuid
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 
-from .conf import awa_settings
-from .exceptions import InvalidSignature
+from awa_django.conf import awa_settings
+from awa_django.exceptions import InvalidSignature
 
 TIMESTAMP_HEADER = "X-Awa-Timestamp"
 SIGNATURE_HEADER = "X-Awa-Signature"

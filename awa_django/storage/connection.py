@@ -1,7 +1,7 @@
 """Runs the named statements of `sql/` on either side of the system.
 
 The client side runs them on Django's connection (so they join the caller's transaction);
-the runtime runs them on its own psycopg connections. Both get `JobRow`s back. Database
+the runtime runs them on its own psycopg connections. Both get `JobSnapshot`s back. Database
 errors that a caller can act on are translated here, in one place.
 """
 
@@ -14,17 +14,17 @@ from typing import Any
 import psycopg
 from django.db import DatabaseError, connections
 
-from .exceptions import DatabaseUnavailable
-from .snapshot import JobRow
-from .sql import Statement
+from awa_django.exceptions import DatabaseUnavailable
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.sql import Statement
 
 Params = Mapping[str, Any]
 
 
-def _rows_to_jobs(rows: list[tuple[Any, ...]]) -> list[JobRow]:
+def _rows_to_jobs(rows: list[tuple[Any, ...]]) -> list[JobSnapshot]:
     # Every statement that returns jobs starts its select list with RETURNING_COLUMNS, in
-    # JobRow order, so rows are read by position (no per-call cursor.description).
-    return [JobRow.from_row(row) for row in rows]
+    # JobSnapshot order, so rows are read by position (no per-call cursor.description).
+    return [JobSnapshot.from_row(row) for row in rows]
 
 
 # -- client side: Django's connection ----------------------------------------------------
@@ -64,7 +64,7 @@ def _unreachable(error: object) -> bool:
     return not state or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
 
 
-def fetch_jobs(using: str, statement: Statement, params: Params) -> list[JobRow]:
+def fetch_jobs(using: str, statement: Statement, params: Params) -> list[JobSnapshot]:
     """Run a statement that returns job rows, on Django's connection `using`."""
     with django_cursor(using) as cursor:
         cursor.execute(statement.sql, params)
@@ -81,7 +81,7 @@ def fetch_rows(using: str, statement: Statement, params: Params) -> list[tuple[A
 # -- runtime side: the worker's psycopg connections --------------------------------------
 async def afetch_jobs(
     conn: psycopg.AsyncConnection[Any], statement: Statement, params: Params
-) -> list[JobRow]:
+) -> list[JobSnapshot]:
     """Run a statement that returns job rows on a runtime connection (autocommit)."""
     async with conn.cursor() as cursor:
         await cursor.execute(statement.sql, params)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Statement
+from awa_django.storage.sql import Statement
 
 # Params: ids int8[], leases int8[] (sorted by id: one lock order for every writer).
 # Touches only the narrow lease table (primary key lookups); returns the pairs still owned,

@@ -17,18 +17,25 @@ from typing import Any
 from django.db import connections, transaction
 from psycopg.pq import TransactionStatus
 
-from .. import hooks, storage
-from ..codec import dumps
-from ..conf import awa_settings
-from ..context import Job
-from ..events import Completed, Event, Started
-from ..exceptions import AwaError, StaleAttempt
-from ..models import Job as JobModel
-from ..results import CallbackToken
-from ..sql import jobs as jobs_sql
-from ..sql import maintenance as maintenance_sql
-from .executor import load_handler, result_as_json
-from .outcomes import Transition, after_refused_park, event_for, plan, plan_failure
+from awa_django.codec import dumps
+from awa_django.conf import awa_settings
+from awa_django.events import Completed, Event, Started
+from awa_django.exceptions import AwaError, StaleAttempt
+from awa_django.execution.context import JobContext
+from awa_django.execution.outcomes import (
+    Transition,
+    after_refused_park,
+    event_for,
+    plan,
+    plan_failure,
+)
+from awa_django.registry import dispatch as hooks
+from awa_django.results import CallbackToken
+from awa_django.storage import connection as storage
+from awa_django.storage.models import Job as JobModel
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.worker.executor import load_handler, result_as_json
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -59,7 +66,7 @@ def run_available(
                     "deadline_seconds": 0,
                 },
             ):
-                runner.run(Job(row, None, host=runner))
+                runner.run(JobContext(row, None, host=runner))
                 claimed += 1
                 ran += 1
         if not claimed:
@@ -102,7 +109,7 @@ class _InlineRunner:
     def __init__(self, using: str) -> None:
         self.using = using
 
-    def run(self, job: Job[Any]) -> None:
+    def run(self, job: JobContext[Any]) -> None:
         self._emit(Started(job=job.row))
         started = time.monotonic()
         try:
@@ -116,7 +123,7 @@ class _InlineRunner:
         if transition is not None:
             self._transition(job, transition)
 
-    def _call(self, handler: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
+    def _call(self, handler: Callable[[JobContext[Any]], Any], job: JobContext[Any]) -> Any:
         """Run the handler. Inside a transaction (a test's), a query that failed in the
         handler aborts it: roll back to before the handler so the outcome can be written.
         In autocommit there is no savepoint and nothing to undo, as in a worker."""
@@ -140,7 +147,7 @@ class _InlineRunner:
                     wrapper.savepoint_commit(savepoint)
         return result
 
-    def _complete(self, job: Job[Any], seconds: float) -> Transition | None:
+    def _complete(self, job: JobContext[Any], seconds: float) -> Transition | None:
         try:
             result = result_as_json(job, awa_settings().max_result_bytes)
         except AwaError as exc:
@@ -158,7 +165,7 @@ class _InlineRunner:
             self._emit(Completed(job=rows[0], duration=timedelta(seconds=seconds)))
         return None
 
-    def _transition(self, job: Job[Any], transition: Transition) -> None:
+    def _transition(self, job: JobContext[Any], transition: Transition) -> None:
         params = transition.params(job.row, job.progress_json())
         rows = storage.fetch_jobs(self.using, jobs_sql.job_set_state_if_running, params)
         if rows and transition.event is not None:
@@ -173,7 +180,7 @@ class _InlineRunner:
         transaction.on_commit(lambda: hooks.dispatch(event), using=self.using)
 
     # -- AttemptHost ------------------------------------------------------------------------
-    def register_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+    def register_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
         import uuid
 
         rows = storage.fetch_rows(
@@ -190,16 +197,16 @@ class _InlineRunner:
             raise StaleAttempt(f"job {job.id} is no longer running under this attempt")
         return CallbackToken(id=rows[0][0], timeout_at=rows[0][1])
 
-    def wait_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+    def wait_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any:
         raise AwaError("wait_for_callback() cannot wait inline; run a worker for this job")
 
-    async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken:
+    async def aregister_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
         return self.register_callback(job, timeout)
 
-    async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any:
+    async def await_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any:
         return self.wait_for_callback(job, token)
 
-    def flush_progress(self, job: Job[Any]) -> None:
+    def flush_progress(self, job: JobContext[Any]) -> None:
         progress = job.take_progress()
         if progress is not None:
             storage.fetch_rows(
@@ -212,5 +219,5 @@ class _InlineRunner:
                 },
             )
 
-    async def aflush_progress(self, job: Job[Any]) -> None:
+    async def aflush_progress(self, job: JobContext[Any]) -> None:
         self.flush_progress(job)

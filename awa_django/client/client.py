@@ -16,23 +16,20 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from . import hooks, storage
-from .callbacks import CallbackResolution
-from .channels import channel_for
-from .codec import dumps, encode_args_json
-from .conf import awa_settings, validate_queue_name
-from .events import Cancelled, Event
-from .exceptions import (
-    InvalidEnqueueOption,
-    JobNotFound,
-    UnknownJobKind,
-)
-from .registry import kind_for, registry
-from .snapshot import JobRow
-from .sql import admin as admin_sql
-from .sql import jobs as jobs_sql
-from .sql import leases as leases_sql
-from .states import JobState
+from awa_django.channels import channel_for
+from awa_django.client.callbacks import CallbackResolution
+from awa_django.codec import dumps, encode_args_json
+from awa_django.conf import awa_settings, validate_queue_name
+from awa_django.events import Cancelled, Event
+from awa_django.exceptions import InvalidEnqueueOption, JobNotFound, UnknownJobKind
+from awa_django.registry import dispatch as hooks
+from awa_django.registry import kind_for, registry
+from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState
+from awa_django.storage import connection as storage
+from awa_django.storage.sql import admin as admin_sql
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import leases as leases_sql
 
 MIN_PRIORITY, MAX_PRIORITY = -98, 102
 MAX_TAGS = 20
@@ -80,7 +77,7 @@ class Client(CallbackResolution):
         max_attempts: int | None = None,
         tags: Sequence[str] = (),
         metadata: dict[str, Any] | None = None,
-    ) -> JobRow:
+    ) -> JobSnapshot:
         """Insert one job in the caller's transaction and return its row.
 
         Raises SerializationError / PayloadTooLarge for args that cannot be stored,
@@ -164,19 +161,19 @@ class Client(CallbackResolution):
         )
 
     # -- operator actions ---------------------------------------------------------------
-    def get_job(self, job_id: int) -> JobRow:
+    def get_job(self, job_id: int) -> JobSnapshot:
         rows = storage.fetch_jobs(self.using, jobs_sql.job_get, {"id": job_id})
         if not rows:
             raise JobNotFound(f"no job with id {job_id}")
         return rows[0]
 
-    def cancel(self, job_id: int) -> JobRow | None:
+    def cancel(self, job_id: int) -> JobSnapshot | None:
         """Cancel a non-terminal job; None if it was already terminal. A running attempt's
         later outcome becomes stale and its `is_cancelled()` turns true. Fires Cancelled."""
         rows = self.cancel_many([job_id])
         return rows[0] if rows else None
 
-    def cancel_many(self, job_ids: Iterable[int]) -> list[JobRow]:
+    def cancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
         ids = sorted(set(job_ids))
         with transaction.atomic(using=self.using):
             rows = storage.fetch_jobs(self.using, admin_sql.job_cancel_many, {"ids": ids})
@@ -186,13 +183,13 @@ class Client(CallbackResolution):
             self._on_commit([Cancelled(job=r, reason="cancelled by operator") for r in rows])
         return rows
 
-    def retry(self, job_id: int) -> JobRow | None:
+    def retry(self, job_id: int) -> JobSnapshot | None:
         """Make a failed, cancelled or parked job available again (attempts reset);
         None if the job is in another state."""
         rows = self.retry_many([job_id])
         return rows[0] if rows else None
 
-    def retry_many(self, job_ids: Iterable[int]) -> list[JobRow]:
+    def retry_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
         ids = sorted(set(job_ids))
         return storage.fetch_jobs(self.using, admin_sql.job_retry_many, {"ids": ids})
 
@@ -278,7 +275,7 @@ def _as_params(row: _Insert) -> dict[str, Any]:
 client = Client()
 
 
-def enqueue(args: Any, **options: Any) -> JobRow:
+def enqueue(args: Any, **options: Any) -> JobSnapshot:
     """Enqueue one job in the current transaction. See `Client.enqueue`."""
     return Client(options.pop("using", None)).enqueue(args, **options)
 
@@ -288,7 +285,7 @@ def enqueue_many(jobs: Iterable[Any], **options: Any) -> list[int]:
     return Client(options.pop("using", None)).enqueue_many(jobs, **options)
 
 
-async def aenqueue(args: Any, **options: Any) -> JobRow:
+async def aenqueue(args: Any, **options: Any) -> JobSnapshot:
     return await sync_to_async(enqueue)(args, **options)
 
 

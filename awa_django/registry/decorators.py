@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from .conf import validate_queue_name
-from .events import Event
-from .registry import (
+from awa_django.conf import validate_queue_name
+from awa_django.events import Event
+from awa_django.registry import (
     HookRegistration,
     JobDefinition,
     kind_for,
@@ -31,7 +31,7 @@ def job(
     """Register the decorated function as the handler of `args_type`'s kind.
 
     @awa_django.job(SendReceipt, queue="email", max_attempts=5)
-    def send_receipt(job: awa_django.Job[SendReceipt]) -> None: ...
+    def send_receipt(job: awa_django.JobContext[SendReceipt]) -> None: ...
     """
     validate_args_type(args_type)
     validate_queue_name(queue)

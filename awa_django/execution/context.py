@@ -1,13 +1,13 @@
-"""`Job[T]`: what a handler receives — its typed args plus the attempt's controls."""
+"""`JobContext[T]`: what a handler receives — its typed args plus the attempt's controls."""
 
 from __future__ import annotations
 
 import threading
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from .codec import dumps
-from .results import CallbackToken
-from .snapshot import JobRow
+from awa_django.codec import dumps
+from awa_django.results import CallbackToken
+from awa_django.snapshot import JobSnapshot
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -18,15 +18,15 @@ T = TypeVar("T")
 class AttemptHost(Protocol):
     """What the runtime provides to a running attempt (the executor implements it)."""
 
-    def register_callback(self, job: Job[Any], timeout: float) -> CallbackToken: ...
-    def wait_for_callback(self, job: Job[Any], token: CallbackToken) -> Any: ...
-    async def aregister_callback(self, job: Job[Any], timeout: float) -> CallbackToken: ...
-    async def await_for_callback(self, job: Job[Any], token: CallbackToken) -> Any: ...
-    def flush_progress(self, job: Job[Any]) -> None: ...
-    async def aflush_progress(self, job: Job[Any]) -> None: ...
+    def register_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken: ...
+    def wait_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any: ...
+    async def aregister_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken: ...
+    async def await_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any: ...
+    def flush_progress(self, job: JobContext[Any]) -> None: ...
+    async def aflush_progress(self, job: JobContext[Any]) -> None: ...
 
 
-class Job(Generic[T]):
+class JobContext(Generic[T]):
     """One attempt of one job, as its handler sees it.
 
     `args` is the decoded args dataclass; `row` the committed snapshot taken at claim.
@@ -34,7 +34,7 @@ class Job(Generic[T]):
     outcome; it survives retries and is cleared on success.
     """
 
-    def __init__(self, row: JobRow, args: T, host: AttemptHost | None = None) -> None:
+    def __init__(self, row: JobSnapshot, args: T, host: AttemptHost | None = None) -> None:
         self.row = row
         self.args = args
         self._host = host
@@ -148,8 +148,8 @@ class Job(Generic[T]):
 
     def _require_host(self) -> AttemptHost:
         if self._host is None:
-            raise RuntimeError("this Job is not attached to a running attempt")
+            raise RuntimeError("this JobContext is not attached to a running attempt")
         return self._host
 
     def __repr__(self) -> str:
-        return f"<Job {self.kind} #{self.id} attempt {self.attempt}/{self.max_attempts}>"
+        return f"<JobContext {self.kind} #{self.id} attempt {self.attempt}/{self.max_attempts}>"

@@ -1,0 +1,175 @@
+"""Storage: every table awa-django owns (DESIGN §3). Hot-path SQL lives in `sql/`."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models.functions import Now
+
+from awa_django.states import JobState
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+class Job(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=200)
+    queue = models.CharField(max_length=200, default="default")
+    args = models.JSONField(default=dict)
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.AVAILABLE)
+    # Lower runs first. Awa's scale is 1 (urgent) .. 4 (batch); -98..102 admits the whole
+    # django.tasks range mapped as 2 - p (docs/decisions/001-priority-mapping.md).
+    priority = models.SmallIntegerField(default=2)
+    attempt = models.SmallIntegerField(default=0)
+    max_attempts = models.SmallIntegerField(default=25)
+    run_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(db_default=Now())
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+    run_lease = models.BigIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    tags = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    progress = models.JSONField(null=True, blank=True)
+    callback_id = models.UUIDField(null=True, blank=True)
+    callback_timeout_at = models.DateTimeField(null=True, blank=True)
+    unique_key = models.BinaryField(null=True, blank=True)
+    unique_states = models.CharField(max_length=8, null=True, blank=True)
+    # Return value of a successful django.tasks task (JSON, size-limited).
+    result = models.JSONField(null=True, blank=True)
+    # Worker ids of the most recent attempts (at most 10), for django.tasks' worker_ids.
+    attempted_by = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+
+    class Meta:
+        db_table = "awa_jobs_hot"
+        ordering = ["-id"]
+        # One permission per operator action, so each admin action can be granted alone.
+        permissions = [
+            ("retry_job", "Can retry jobs"),
+            ("cancel_job", "Can cancel jobs"),
+            ("complete_callback", "Can complete external callbacks"),
+            ("fail_callback", "Can fail external callbacks"),
+            ("retry_callback", "Can retry external callbacks"),
+            ("pause_queue", "Can pause and resume queues"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["queue", "priority", "run_at", "id"],
+                name="awa_jobs_dispatch_idx",
+                condition=models.Q(state="available"),
+            ),
+            models.Index(
+                fields=["run_at"],
+                name="awa_jobs_promote_idx",
+                condition=models.Q(state__in=["scheduled", "retryable"]),
+            ),
+            models.Index(
+                fields=["callback_timeout_at"],
+                name="awa_jobs_cb_timeout_idx",
+                condition=models.Q(state="waiting_external"),
+            ),
+            models.Index(
+                fields=["finalized_at"],
+                name="awa_jobs_finalized_idx",
+                condition=models.Q(state__in=TERMINAL),
+            ),
+            models.Index(fields=["kind", "state"], name="awa_jobs_kind_state_idx"),
+            models.Index(fields=["queue", "state"], name="awa_jobs_queue_state_idx"),
+            models.Index(fields=["state", "-id"], name="awa_jobs_state_id_idx"),
+            GinIndex(fields=["tags"], name="awa_jobs_tags_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["callback_id"],
+                name="awa_jobs_callback_uniq",
+                condition=models.Q(callback_id__isnull=False),
+            ),
+            models.CheckConstraint(
+                condition=models.Q(priority__gte=-98, priority__lte=102),
+                name="awa_jobs_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_attempts__gte=1, max_attempts__lte=1000),
+                name="awa_jobs_max_attempts_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.id} ({self.state})"
+
+
+class ActiveLease(models.Model):
+    """One narrow row per live attempt. Heartbeats touch only this table, so the wide job
+    row is written once at claim and once at finalization."""
+
+    job_id = models.BigIntegerField(primary_key=True)
+    run_lease = models.BigIntegerField()
+    queue = models.CharField(max_length=200)
+    worker_id = models.CharField(max_length=200)
+    claimed_at = models.DateTimeField(db_default=Now())
+    heartbeat_at = models.DateTimeField(db_default=Now())
+    deadline_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "awa_active_leases"
+        indexes = [
+            models.Index(fields=["heartbeat_at"], name="awa_leases_heartbeat_idx"),
+            models.Index(
+                fields=["deadline_at"],
+                name="awa_leases_deadline_idx",
+                condition=models.Q(deadline_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease of job {self.job_id} (run_lease {self.run_lease})"
+
+
+class QueueState(models.Model):
+    queue = models.CharField(max_length=200, primary_key=True)
+    paused = models.BooleanField(default=False)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "awa_queue_state"
+
+    def __str__(self) -> str:
+        return f"{self.queue} ({'paused' if self.paused else 'running'})"
+
+
+class WorkerInstance(models.Model):
+    """Liveness of each worker process, refreshed by the runtime (for the dashboard)."""
+
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=dict)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    leader = models.BooleanField(default=False)
+    shutting_down = models.BooleanField(default=False)
+    completed_count = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "awa_worker_instances"
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}"
+
+
+class LeaderLease(models.Model):
+    """Maintenance leadership: a row with an expiry, renewed well inside its TTL."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    holder = models.CharField(max_length=200)
+    acquired_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "awa_leader_lease"
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder}"

@@ -1,0 +1,1 @@
+"""The HTTP surface: signed callback requests (signing, views, URLconf)."""
