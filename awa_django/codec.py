@@ -15,6 +15,11 @@ from awa_django.exceptions import InvalidJobArgs, PayloadTooLarge, Serialization
 # backslashes; after an odd number it is the literal text "\u0000", which jsonb accepts.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
+# One bound for every stored error text (handler exceptions, Cancel reasons, fail_external,
+# rescue messages, admin forms): an entry is written on the hot row once per attempt.
+MAX_ERROR_BYTES = 8192
+_TRUNCATED = "\n... (truncated, full text in logs)"
+
 _SIMPLE_TYPES: dict[Any, tuple[type, ...]] = {
     int: (int,),
     float: (int, float),
@@ -121,3 +126,17 @@ def _check_type(owner: str, field: str, hint: Any, value: Any) -> None:
             f"args do not fit {owner}: field {field!r} expects {getattr(hint, '__name__', hint)}, "
             f"got {type(value).__name__} {value!r:.100}"
         )
+
+
+def storable_text(text: str, limit: int = MAX_ERROR_BYTES) -> str:
+    """`text` as PostgreSQL can store it: NUL shown as `\\x00` (text cannot hold it), lone
+    surrogates escaped (UTF-8 cannot encode them), and at most `limit` UTF-8 bytes, the
+    cut marked. For texts we record (errors, reasons), never for values a caller chose."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    encoded = text.encode("utf-8", "backslashreplace")
+    if len(encoded) <= limit:
+        return encoded.decode("utf-8")
+    marker = _TRUNCATED.encode()
+    head = encoded[: limit - len(marker)].decode("utf-8", "ignore")  # no half characters
+    return head + _TRUNCATED
