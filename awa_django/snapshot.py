@@ -35,6 +35,8 @@ class JobSnapshot:
     callback_timeout_at: datetime | None
     result: Any
     attempted_by: list[str]
+    # The django.tasks marker ({"backend", "run_after"}) of a job enqueued as a Django task.
+    django_task: dict[str, Any] | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -43,16 +45,16 @@ class JobSnapshot:
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> JobSnapshot:
         values = {name: row[name] for name in COLUMNS}
-        # The named statements return every jsonb column as text (RETURNING_COLUMNS), on
+        # The named statements return every jsonb column as text (fragments.JOB_COLUMNS), on
         # Django's connection and the runtime's alike; decoded values (ORM .values()) pass.
-        for name in _JSON_COLUMNS:
+        for name in JSON_COLUMNS:
             if isinstance(values[name], str):
                 values[name] = json.loads(values[name])
         return cls(**values)
 
     @classmethod
     def from_row(cls, values: Sequence[Any]) -> JobSnapshot:
-        """From a row whose first columns are RETURNING_COLUMNS, by position (the hot
+        """From a row whose first columns are fragments.JOB_COLUMNS, by position (the hot
         path: claims, completions and enqueue build one per job)."""
         decoded = list(values[: len(COLUMNS)])
         for index in _JSON_INDEXES:
@@ -61,13 +63,6 @@ class JobSnapshot:
         return cls(*decoded)
 
 
-_JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result")
+JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result", "django_task")
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobSnapshot))
-_JSON_INDEXES = tuple(COLUMNS.index(name) for name in _JSON_COLUMNS)
-# The column list every statement that returns a whole job row uses, in JobSnapshot order.
-# jsonb columns come back as text on both sides: Django's connection returns jsonb as text
-# anyway, while the runtime's psycopg would decode it, and a decoded JSON string (a task
-# result "ok", metadata "x") would then be indistinguishable from undecoded text.
-RETURNING_COLUMNS = ", ".join(
-    f"{name}::text AS {name}" if name in _JSON_COLUMNS else name for name in COLUMNS
-)
+_JSON_INDEXES = tuple(COLUMNS.index(name) for name in JSON_COLUMNS)

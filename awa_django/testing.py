@@ -19,6 +19,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.tasks import Task
 
+from awa_django.conf import awa_settings
 from awa_django.events import ALL_EVENTS, Event
 from awa_django.registry import HookRegistration, kind_for, registry
 from awa_django.states import JobState
@@ -40,7 +41,7 @@ _LISTED = 20
 
 
 # -- drain --------------------------------------------------------------------------------
-def drain(queue: str | None = None, *, using: str = "default", limit: int = DRAIN_LIMIT) -> int:
+def drain(queue: str | None = None, *, using: str | None = None, limit: int = DRAIN_LIMIT) -> int:
     """Run every job that is due, inline in the calling thread, until none is left; return
     how many attempts ran.
 
@@ -51,6 +52,7 @@ def drain(queue: str | None = None, *, using: str = "default", limit: int = DRAI
     """
     from awa_django.execution.inline import run_available  # the runtime is imported only when used
 
+    using = using or awa_settings().database
     total = 0
     while True:
         _promote_due(using)
@@ -80,10 +82,11 @@ def _promote_due(using: str) -> None:
 
 # -- assertions ---------------------------------------------------------------------------
 def enqueued_jobs(
-    kind: type | str | Task | None = None, *, queue: str | None = None, using: str = "default"
+    kind: type | str | Task | None = None, *, queue: str | None = None, using: str | None = None
 ) -> list[Job]:
     """Jobs still waiting to run (scheduled, available, retryable), oldest first."""
-    jobs = Job.objects.using(using).filter(state__in=WAITING_STATES).order_by("id")
+    db = using or awa_settings().database
+    jobs = Job.objects.using(db).filter(state__in=WAITING_STATES).order_by("id")
     if kind is not None:
         jobs = jobs.filter(kind=_kind(kind))
     if queue is not None:
@@ -96,7 +99,7 @@ def assert_enqueued(
     *,
     queue: str | None = None,
     count: int | None = None,
-    using: str = "default",
+    using: str | None = None,
     **fields: Any,
 ) -> list[Job]:
     """Assert that a waiting job of this kind (an args dataclass, a kind string, or a
@@ -115,7 +118,7 @@ def assert_enqueued(
 
 
 def assert_not_enqueued(
-    kind: type | str | Task, *, queue: str | None = None, using: str = "default", **fields: Any
+    kind: type | str | Task, *, queue: str | None = None, using: str | None = None, **fields: Any
 ) -> None:
     """Assert that no waiting job of this kind (with these args fields) exists."""
     matches = _matching(kind, queue, using, fields)
@@ -135,7 +138,7 @@ def _kind(kind: type | str | Task) -> str:
 
 
 def _matching(
-    kind: type | str | Task, queue: str | None, using: str, fields: dict[str, Any]
+    kind: type | str | Task, queue: str | None, using: str | None, fields: dict[str, Any]
 ) -> list[Job]:
     expected = {name: _as_json(value) for name, value in fields.items()}
     return [
@@ -165,7 +168,7 @@ def _describe(kind: type | str | Task, queue: str | None, fields: dict[str, Any]
     return " ".join(parts)
 
 
-def _listing(using: str) -> str:
+def _listing(using: str | None) -> str:
     jobs = enqueued_jobs(using=using)
     if not jobs:
         return "Nothing is enqueued."

@@ -22,9 +22,8 @@ from awa_django.codec import dumps
 from awa_django.conf import awa_settings
 from awa_django.events import Completed, Event, Exhausted, Retried
 from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption
-from awa_django.snapshot import COLUMNS, JobSnapshot
-from awa_django.storage import connection as storage
-from awa_django.storage.sql import Statement
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.query import Query
 from awa_django.storage.sql import callbacks as callbacks_sql
 
 # Ten years: far beyond any real external wait, far below PostgreSQL's interval range.
@@ -74,13 +73,12 @@ class CallbackResolution:
     def retry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
         """Make a waiting_external job available again with its attempts reset. Fires
         Retried (attempt = the parked attempt, next_run_at = the new run_at)."""
-        params = {"callback_id": _callback_uuid(callback_id)}
+        query = callbacks_sql.job_retry_external(callback_id=_callback_uuid(callback_id))
         with transaction.atomic(using=self.using):
-            rows = storage.fetch_rows(self.using, callbacks_sql.job_retry_external, params)
-            if not rows:
+            retried = query.run(self.using)
+            if retried is None:
                 raise _not_found(callback_id, "retry_external")
-            job = JobSnapshot.from_row(rows[0])
-            parked_attempt = rows[0][len(COLUMNS)]
+            job, parked_attempt = retried
             self._on_commit([Retried(job=job, attempt=parked_attempt, next_run_at=job.run_at)])
         return job
 
@@ -89,22 +87,24 @@ class CallbackResolution:
     ) -> JobSnapshot:
         """Hand `payload` to the handler waiting in `wait_for_callback`; the job is running
         again. Fires nothing: the resumed attempt reports its own outcome."""
-        params = {
-            "callback_id": _callback_uuid(callback_id),
-            "run_lease": run_lease,
-            "payload": dumps(payload, what="callback payload", limit=awa_settings().max_args_bytes),
-        }
+        query = callbacks_sql.job_resume_external(
+            callback_id=_callback_uuid(callback_id),
+            run_lease=_run_lease(run_lease),
+            payload=dumps(payload, what="callback payload", limit=awa_settings().max_args_bytes),
+        )
         with transaction.atomic(using=self.using):
-            return self._one(callbacks_sql.job_resume_external, params, "resume_external")
+            return self._one(query, callback_id, "resume_external")
 
     def heartbeat_callback(
         self, callback_id: uuid.UUID | str, timeout: float = 3600
     ) -> JobSnapshot:
         """Push a waiting_external job's callback timeout to now + `timeout` seconds
         (database clock). Fires nothing."""
-        params = {"callback_id": _callback_uuid(callback_id), "timeout_seconds": _timeout(timeout)}
+        query = callbacks_sql.job_heartbeat_callback(
+            callback_id=_callback_uuid(callback_id), timeout_seconds=_timeout(timeout)
+        )
         with transaction.atomic(using=self.using):
-            return self._one(callbacks_sql.job_heartbeat_callback, params, "heartbeat_callback")
+            return self._one(query, callback_id, "heartbeat_callback")
 
     def resolve_callback(
         self,
@@ -125,10 +125,10 @@ class CallbackResolution:
             raise InvalidCallbackOption(
                 f'default_action must be "complete", "fail" or "ignore", got {default_action!r}'
             )
-        cb = _callback_uuid(callback_id)
-        params = {"callback_id": cb, "run_lease": run_lease}
+        cb, lease = _callback_uuid(callback_id), _run_lease(run_lease)
         with transaction.atomic(using=self.using):
-            job = self._one(callbacks_sql.job_lock_by_callback, params, "resolve_callback")
+            locked = callbacks_sql.job_lock_by_callback(callback_id=cb, run_lease=lease)
+            job = self._one(locked, cb, "resolve_callback")
             if default_action == "complete":
                 job = self._complete(cb, run_lease)
             elif default_action == "fail":
@@ -136,25 +136,26 @@ class CallbackResolution:
         return ResolveResult(outcome=default_action, job=job, payload=payload)
 
     def _complete(self, callback_id: uuid.UUID, run_lease: int | None) -> JobSnapshot:
-        params = {"callback_id": callback_id, "run_lease": run_lease}
-        job = self._one(callbacks_sql.job_complete_external, params, "complete_external")
+        query = callbacks_sql.job_complete_external(
+            callback_id=callback_id, run_lease=_run_lease(run_lease)
+        )
+        job = self._one(query, callback_id, "complete_external")
         self._on_commit([Completed(job=job, duration=dt.timedelta(0))])
         return job
 
     def _fail(self, callback_id: uuid.UUID, error: str, run_lease: int | None) -> JobSnapshot:
-        params = {"callback_id": callback_id, "run_lease": run_lease, "error": error}
-        job = self._one(callbacks_sql.job_fail_external, params, "fail_external")
+        query = callbacks_sql.job_fail_external(
+            callback_id=callback_id, run_lease=_run_lease(run_lease), error=error
+        )
+        job = self._one(query, callback_id, "fail_external")
         self._on_commit([Exhausted(job=job, error=error, attempt=job.attempt)])
         return job
 
-    def _one(self, statement: Statement, params: dict[str, Any], verb: str) -> JobSnapshot:
-        lease = params.get("run_lease")
-        if lease is not None and (isinstance(lease, bool) or not isinstance(lease, int)):
-            raise InvalidCallbackOption(f"run_lease must be an int or None, got {lease!r:.100}")
-        rows = storage.fetch_jobs(self.using, statement, params)
-        if not rows:
-            raise _not_found(params["callback_id"], verb)
-        return rows[0]
+    def _one(self, query: Query[JobSnapshot | None], callback_id: object, verb: str) -> JobSnapshot:
+        job = query.run(self.using)
+        if job is None:
+            raise _not_found(callback_id, verb)
+        return job
 
     # -- async twins --------------------------------------------------------------------
     async def acomplete_external(
@@ -204,6 +205,12 @@ def _callback_uuid(callback_id: uuid.UUID | str) -> uuid.UUID:
         raise CallbackNotFound(
             f"no pending callback {callback_id!r}: callback ids are UUIDs"
         ) from None
+
+
+def _run_lease(lease: object) -> int | None:
+    if lease is not None and (isinstance(lease, bool) or not isinstance(lease, int)):
+        raise InvalidCallbackOption(f"run_lease must be an int or None, got {lease!r:.100}")
+    return lease
 
 
 def _not_found(callback_id: object, verb: str) -> CallbackNotFound:

@@ -26,7 +26,6 @@ from awa_django.registry import dispatch as hooks
 from awa_django.registry import kind_for, registry
 from awa_django.snapshot import JobSnapshot
 from awa_django.states import JobState
-from awa_django.storage import connection as storage
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
@@ -85,8 +84,19 @@ class Client(CallbackResolution):
         """
         row = self._prepare(args, kind, queue, priority, run_at, max_attempts, tags, metadata)
         channels = [channel_for(row.queue)] if row.state == JobState.AVAILABLE else []
-        params = {**_as_params(row), "channels": channels}
-        return storage.fetch_jobs(self.using, jobs_sql.job_insert_one, params)[0]
+        return jobs_sql.job_insert_one(
+            kind=row.kind,
+            queue=row.queue,
+            args=row.args,
+            state=row.state,
+            priority=row.priority,
+            max_attempts=row.max_attempts,
+            run_at=row.run_at,
+            metadata=row.metadata,
+            tags=row.tags,
+            django_task=None,
+            channels=channels,
+        ).run(self.using)
 
     def enqueue_many(
         self,
@@ -119,11 +129,8 @@ class Client(CallbackResolution):
             _append_row(columns, template, encoded)
         if not columns["kinds"]:
             return []
-        columns["channels"] = sorted(
-            {channel_for(t.queue) for t in prepared.values() if t.state == JobState.AVAILABLE}
-        )
-        rows = storage.fetch_rows(self.using, jobs_sql.job_insert_many, columns)
-        return [row[0] for row in rows]
+        channels = {channel_for(t.queue) for t in prepared.values() if t.state == "available"}
+        return jobs_sql.job_insert_many(**columns, channels=sorted(channels)).run(self.using)
 
     def _prepare(
         self,
@@ -162,10 +169,10 @@ class Client(CallbackResolution):
 
     # -- operator actions ---------------------------------------------------------------
     def get_job(self, job_id: int) -> JobSnapshot:
-        rows = storage.fetch_jobs(self.using, jobs_sql.job_get, {"id": job_id})
-        if not rows:
+        row = jobs_sql.job_get(id=job_id).run(self.using)
+        if row is None:
             raise JobNotFound(f"no job with id {job_id}")
-        return rows[0]
+        return row
 
     def cancel(self, job_id: int) -> JobSnapshot | None:
         """Cancel a non-terminal job; None if it was already terminal. A running attempt's
@@ -176,10 +183,9 @@ class Client(CallbackResolution):
     def cancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
         ids = sorted(set(job_ids))
         with transaction.atomic(using=self.using):
-            rows = storage.fetch_jobs(self.using, admin_sql.job_cancel_many, {"ids": ids})
+            rows = admin_sql.job_cancel_many(ids=ids).run(self.using)
             if rows:
-                cancelled = {"ids": [r.id for r in rows]}
-                storage.fetch_rows(self.using, leases_sql.lease_delete_for_jobs, cancelled)
+                leases_sql.lease_delete_for_jobs(ids=[r.id for r in rows]).run(self.using)
             self._on_commit([Cancelled(job=r, reason="cancelled by operator") for r in rows])
         return rows
 
@@ -191,7 +197,7 @@ class Client(CallbackResolution):
 
     def retry_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
         ids = sorted(set(job_ids))
-        return storage.fetch_jobs(self.using, admin_sql.job_retry_many, {"ids": ids})
+        return admin_sql.job_retry_many(ids=ids).run(self.using)
 
     def _on_commit(self, events: Sequence[Event]) -> None:
         """Dispatch `events` once the caller's outermost transaction commits. `robust`: the
@@ -256,23 +262,6 @@ def _append_row(columns: dict[str, list[Any]], template: _Insert, args: str) -> 
 
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _as_params(row: _Insert) -> dict[str, Any]:
-    return {
-        "kind": row.kind,
-        "queue": row.queue,
-        "args": row.args,
-        "state": row.state,
-        "priority": row.priority,
-        "max_attempts": row.max_attempts,
-        "run_at": row.run_at,
-        "metadata": row.metadata,
-        "tags": row.tags,
-    }
-
-
-client = Client()
 
 
 def enqueue(args: Any, **options: Any) -> JobSnapshot:

@@ -1,7 +1,7 @@
 """Maps what a handler did to the transition it asks for (DESIGN §5). Pure: no I/O.
 
 `plan()` returns None for a plain completion (the completer batches those) and a
-`Transition` for everything else; the executor writes it with `job_set_state_if_running`.
+`Transition` for everything else; `attempt.finish` writes it with `job_set_state_if_running`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import datetime as dt
 import math
 import traceback
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from awa_django.codec import storable_text
 from awa_django.events import Cancelled, Event, Exhausted, Retried, WaitingForCallback
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
@@ -20,9 +21,6 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.states import JobState
 
 TRACEBACK_LINES = 10
-# An error entry is stored on the hot row once per attempt: a handler whose exception text
-# is megabytes long must not bloat it.
-MAX_ERROR_CHARS = 8000
 # Ten years: far beyond any real delay, far inside PostgreSQL's interval range.
 MAX_DELAY_SECONDS = 10 * 365 * 86400.0
 
@@ -36,18 +34,10 @@ class Transition:
     attempt_refund: int = 0
     finalize: bool = True
     error: str | None = None
+    error_type: str | None = None  # the exception's class path, its own key in the entry
     terminal: bool = False
     callback_id: uuid.UUID | None = None
     reason: str = ""
-
-    def params(self, row: JobSnapshot, progress: str | None) -> dict[str, Any]:
-        """Parameters of `job_set_state_if_running` for this transition of `row`."""
-        values = asdict(self)
-        del values["event"], values["reason"]
-        if values["error"] is not None:
-            # PostgreSQL text cannot hold NUL; an exception message may.
-            values["error"] = values["error"].replace("\x00", "\\x00")
-        return {**values, "id": row.id, "run_lease": row.run_lease, "progress": progress}
 
 
 def plan(row: JobSnapshot, result: Any = None) -> Transition | None:
@@ -83,9 +73,8 @@ def _plan(row: JobSnapshot, result: Any) -> Transition | None:
                 finalize=False,
             )
         case Cancel(reason=reason):
-            return Transition(
-                JobState.CANCELLED, Cancelled, error=f"cancelled: {reason}", reason=reason
-            )
+            text = storable_text(f"cancelled: {reason}")
+            return Transition(JobState.CANCELLED, Cancelled, error=text, reason=text[11:])
         case WaitForCallback(token=token):
             return Transition(
                 JobState.WAITING_EXTERNAL,
@@ -119,16 +108,18 @@ def _callback_id(token: object) -> uuid.UUID:
 
 def plan_failure(row: JobSnapshot, error: BaseException) -> Transition:
     """The transition for a handler that raised `error` (or whose job cannot run)."""
-    message = describe(error)
+    message, kind = describe(error), exception_path(error)
     # SystemExit / KeyboardInterrupt from a handler would end the worker; retrying them
     # would end the next worker too, so they fail the job at once.
     if isinstance(
         error, TerminalError | UnknownJobKind | InvalidJobArgs | SystemExit | KeyboardInterrupt
     ):
-        return Transition(JobState.FAILED, Exhausted, error=message, terminal=True)
+        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind, terminal=True)
     if row.attempt >= row.max_attempts:
-        return Transition(JobState.FAILED, Exhausted, error=message)
-    return Transition(JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message)
+        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind)
+    return Transition(
+        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message, error_type=kind
+    )
 
 
 def after_refused_park(job: JobSnapshot, current: JobSnapshot | None) -> Transition | None:
@@ -136,41 +127,45 @@ def after_refused_park(job: JobSnapshot, current: JobSnapshot | None) -> Transit
     the handler returned a token that is not the job's current callback: fail the job.
     Otherwise the callback was resolved before the park landed: the outcome is stale."""
     if current and current.state == JobState.RUNNING and current.run_lease == job.run_lease:
-        return contract_violation()
+        return contract_violation(current.callback_id)
     return None
 
 
-def contract_violation() -> Transition:
-    return Transition(
-        JobState.FAILED,
-        Exhausted,
-        error="WaitForCallback returned without calling register_callback",
-        terminal=True,
-    )
+def contract_violation(current_callback: uuid.UUID | None) -> Transition:
+    """The job fails for good: waiting on a callback nobody can resolve would hang it."""
+    if current_callback is None:
+        error = "WaitForCallback returned without calling register_callback"
+    else:
+        error = (
+            "WaitForCallback returned a superseded callback token: register_callback was "
+            f"called again, and only the latest token ({current_callback}) can resolve the job"
+        )
+    return Transition(JobState.FAILED, Exhausted, error=error, terminal=True)
+
+
+def exception_path(error: BaseException) -> str:
+    """The class path stored as an error entry's `type`: `builtins.ValueError`,
+    `shop.jobs.PaymentDeclined`."""
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def describe(error: BaseException) -> str:
-    """`module.Type: message` plus the last lines of the traceback."""
+    """`module.Type: message` plus the last lines of the traceback, storable and bounded
+    (codec.storable_text)."""
     kind = type(error)
-    name = (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else (f"{kind.__module__}.{kind.__qualname__}")
-    )
+    name = kind.__qualname__ if kind.__module__ == "builtins" else exception_path(error)
     try:
         message = str(error)
         lines = "".join(traceback.format_exception(error)).rstrip().splitlines()
     except Exception:  # an exception whose __str__ fails must still fail its job cleanly
         message, lines = "<exception text unavailable>", []
     if isinstance(error, UnknownJobKind | InvalidJobArgs):
-        return message[:MAX_ERROR_CHARS]  # our own message says everything; no traceback
+        return storable_text(message)  # our own message says everything; no traceback
     if len(lines) > TRACEBACK_LINES:
         dropped = len(lines) - TRACEBACK_LINES
         lines = [f"... ({dropped} lines truncated, full trace in logs)", *lines[-TRACEBACK_LINES:]]
-    text = f"{name}: {message}" + "\n" + "\n".join(lines)
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 40] + "\n... (truncated, full text in logs)"
-    return text
+    return storable_text(f"{name}: {message}" + "\n" + "\n".join(lines))
 
 
 def event_for(transition: Transition, row: JobSnapshot) -> Event:

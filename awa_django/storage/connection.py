@@ -1,13 +1,10 @@
-"""Runs the named statements of `sql/` on either side of the system.
-
-The client side runs them on Django's connection (so they join the caller's transaction);
-the runtime runs them on its own psycopg connections. Both get `JobSnapshot`s back. Database
-errors that a caller can act on are translated here, in one place.
-"""
+"""Django's connection as the client side of the statement layer: a cursor that joins the
+caller's transaction, and the one place where database errors a caller can act on are
+translated (`DatabaseUnavailable`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,19 +12,8 @@ import psycopg
 from django.db import DatabaseError, connections
 
 from awa_django.exceptions import DatabaseUnavailable
-from awa_django.snapshot import JobSnapshot
-from awa_django.storage.sql import Statement
-
-Params = Mapping[str, Any]
 
 
-def _rows_to_jobs(rows: list[tuple[Any, ...]]) -> list[JobSnapshot]:
-    # Every statement that returns jobs starts its select list with RETURNING_COLUMNS, in
-    # JobSnapshot order, so rows are read by position (no per-call cursor.description).
-    return [JobSnapshot.from_row(row) for row in rows]
-
-
-# -- client side: Django's connection ----------------------------------------------------
 @contextmanager
 def django_cursor(using: str) -> Iterator[Any]:
     """A cursor on Django's connection `using` (so it joins the caller's transaction) that
@@ -62,35 +48,3 @@ def _unreachable(error: object) -> bool:
         return False
     state = error.sqlstate or ""
     return not state or state.startswith("08") or state in {"57P01", "57P02", "57P03"}
-
-
-def fetch_jobs(using: str, statement: Statement, params: Params) -> list[JobSnapshot]:
-    """Run a statement that returns job rows, on Django's connection `using`."""
-    with django_cursor(using) as cursor:
-        cursor.execute(statement.sql, params)
-        return _rows_to_jobs(cursor.fetchall())
-
-
-def fetch_rows(using: str, statement: Statement, params: Params) -> list[tuple[Any, ...]]:
-    """Run a statement on Django's connection `using`; its plain result rows."""
-    with django_cursor(using) as cursor:
-        cursor.execute(statement.sql, params)
-        return cursor.fetchall() if cursor.description else []
-
-
-# -- runtime side: the worker's psycopg connections --------------------------------------
-async def afetch_jobs(
-    conn: psycopg.AsyncConnection[Any], statement: Statement, params: Params
-) -> list[JobSnapshot]:
-    """Run a statement that returns job rows on a runtime connection (autocommit)."""
-    async with conn.cursor() as cursor:
-        await cursor.execute(statement.sql, params)
-        return _rows_to_jobs(await cursor.fetchall())
-
-
-async def afetch_rows(
-    conn: psycopg.AsyncConnection[Any], statement: Statement, params: Params
-) -> list[tuple[Any, ...]]:
-    async with conn.cursor() as cursor:
-        await cursor.execute(statement.sql, params)
-        return await cursor.fetchall() if cursor.description else []

@@ -38,6 +38,11 @@ class Job(models.Model):
     unique_states = models.CharField(max_length=8, null=True, blank=True)
     # Return value of a successful django.tasks task (JSON, size-limited).
     result = models.JSONField(null=True, blank=True)
+    # The payload resume_external hands to a handler waiting in place; taken (and cleared)
+    # by that handler. SQL NULL: none pending (a JSON null payload is the jsonb 'null').
+    callback_result = models.JSONField(null=True, blank=True)
+    # The django.tasks marker ({"backend": alias, "run_after": iso}) of a Django task.
+    django_task = models.JSONField(null=True, blank=True)
     # Worker ids of the most recent attempts (at most 10), for django.tasks' worker_ids.
     attempted_by = ArrayField(models.CharField(max_length=200), default=list, blank=True)
 

@@ -308,7 +308,11 @@ _UNKNOWN_KIND_PATH = f"{UnknownJobKind.__module__}.{UnknownJobKind.__qualname__}
 def task_error(entry: dict[str, Any]) -> TaskError:
     """One `errors` entry as Django's TaskError; the whole text is kept as the traceback."""
     text = str(entry.get("error", ""))
-    return TaskError(exception_class_path=exception_path(text), traceback=text)
+    # Entries written since 0.2 name the exception class in their own `type` key; older
+    # ones (and runtime messages such as "hard deadline exceeded") are parsed from the text.
+    kind = entry.get("type")
+    path = kind if isinstance(kind, str) and kind else exception_path(text)
+    return TaskError(exception_class_path=path, traceback=text)
 
 
 def exception_path(text: str) -> str:

@@ -55,14 +55,14 @@ class Completer:
         if not batch:
             return 0
         batch.sort(key=lambda item: item[0].id)  # one lock order for every writer
-        params = {
-            "ids": [row.id for row, _, _ in batch],
-            "leases": [row.run_lease for row, _, _ in batch],
-            "results": [result for _, result, _ in batch],
-        }
+        query = jobs_sql.job_complete_many(
+            ids=[row.id for row, _, _ in batch],
+            leases=[row.run_lease for row, _, _ in batch],
+            results=[result for _, result, _ in batch],
+        )
         try:
             rows = await retry_transient(
-                lambda: self.db.jobs(jobs_sql.job_complete_many, params),
+                lambda: self.db.run(query),
                 f"completing {len(batch)} jobs",
                 self.forced,
             )

@@ -17,9 +17,7 @@ import psycopg
 import psycopg_pool
 from django.db import connections
 
-from awa_django.snapshot import JobSnapshot
-from awa_django.storage import connection as storage
-from awa_django.storage.sql import Statement
+from awa_django.storage.query import Query
 
 logger = logging.getLogger("awa_django.worker")
 T = TypeVar("T")
@@ -89,7 +87,7 @@ def without_flush_wait(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 class Database:
-    """The runtime's connection pool plus the two ways services run named statements."""
+    """The runtime's connection pool; services run their named statements through `run`."""
 
     def __init__(self, alias: str, application_name: str, max_size: int) -> None:
         self.alias = alias
@@ -114,13 +112,10 @@ class Database:
     async def close(self) -> None:
         await self.pool.close(timeout=2.0)
 
-    async def jobs(self, statement: Statement, params: storage.Params) -> list[JobSnapshot]:
+    async def run(self, query: Query[T]) -> T:
+        """Run one named statement on a pooled connection (autocommit)."""
         async with self.pool.connection() as conn:
-            return await storage.afetch_jobs(conn, statement, params)
-
-    async def rows(self, statement: Statement, params: storage.Params) -> list[tuple[Any, ...]]:
-        async with self.pool.connection() as conn:
-            return await storage.afetch_rows(conn, statement, params)
+            return await query.arun(conn)
 
     def connect(self) -> psycopg.Connection[Any]:
         """A dedicated synchronous connection for heartbeats (no WAL flush wait)."""

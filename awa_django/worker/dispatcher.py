@@ -53,14 +53,13 @@ class Dispatcher:
             return 0
         self.running += free  # reserve first: a slot is never promised twice
         try:
-            rows = await self.db.jobs(
-                jobs_sql.job_claim_many,
-                {
-                    "queue": self.queue.name,
-                    "limit": free,
-                    "worker_id": self.worker_id,
-                    "deadline_seconds": self.queue.deadline,
-                },
+            rows = await self.db.run(
+                jobs_sql.job_claim_many(
+                    queue=self.queue.name,
+                    limit=free,
+                    worker_id=self.worker_id,
+                    deadline_seconds=self.queue.deadline,
+                )
             )
         finally:
             self.running -= free

@@ -46,24 +46,18 @@ class Heartbeat:
         if not jobs:
             return 0
         conn = self._connection()
-        with conn.cursor() as cursor:
-            cursor.execute(
-                leases_sql.lease_heartbeat_many.sql,
-                {"ids": [j.id for j in jobs], "leases": [j.run_lease for j in jobs]},
-            )
-            owned = set(cursor.fetchall())
-            for job in jobs:
-                if (job.id, job.run_lease) not in owned:
-                    job.mark_cancelled()
-                elif (progress := job.take_progress()) is not None:
-                    cursor.execute(
-                        jobs_sql.job_progress_flush.sql,
-                        {
-                            "id": job.id,
-                            "run_lease": job.run_lease,
-                            "progress": dumps(progress, what="progress"),
-                        },
-                    )
+        beat = leases_sql.lease_heartbeat_many(
+            ids=[j.id for j in jobs], leases=[j.run_lease for j in jobs]
+        )
+        owned = beat.run_on(conn)
+        for job in jobs:
+            if (job.id, job.run_lease) not in owned:
+                job.mark_cancelled()
+            elif (progress := job.take_progress()) is not None:
+                flush = jobs_sql.job_progress_flush(
+                    id=job.id, run_lease=job.run_lease, progress=dumps(progress, what="progress")
+                )
+                flush.run_on(conn)
         self.beats += 1
         return len(owned)
 

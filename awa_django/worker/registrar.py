@@ -38,17 +38,16 @@ class Registrar:
         self._last_log = (time.monotonic(), 0)
 
     async def run_once(self) -> None:
-        await self.db.rows(
-            workers_sql.worker_instance_upsert,
-            {
-                "worker_id": self.worker_id,
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "queues": json.dumps(self.queues),
-                "leader": self.is_leader(),
-                "shutting_down": self.shutting_down,
-                "completed_count": self.completed(),
-            },
+        await self.db.run(
+            workers_sql.worker_instance_upsert(
+                worker_id=self.worker_id,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                queues=json.dumps(self.queues),
+                leader=self.is_leader(),
+                shutting_down=self.shutting_down,
+                completed_count=self.completed(),
+            )
         )
 
     def log_throughput(self) -> None:
@@ -67,6 +66,6 @@ class Registrar:
 
     async def deregister(self) -> None:
         try:
-            await self.db.rows(workers_sql.worker_instance_delete, {"worker_id": self.worker_id})
+            await self.db.run(workers_sql.worker_instance_delete(worker_id=self.worker_id))
         except TRANSIENT_ERRORS as exc:
             logger.warning("could not deregister worker (%s); the leader forgets it later", exc)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from awa_django.conf import AwaSettings, QueueConfig
-from awa_django.events import Rescued
+from awa_django.events import Event
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import TRANSIENT_ERRORS, Database
 from awa_django.worker.dispatcher import Dispatcher
@@ -119,7 +119,7 @@ class Runtime:
             s.throughput_log_interval,
         )
 
-    def _on_rescued(self, event: Rescued) -> None:
+    def _on_rescued(self, event: Event) -> None:
         self.inflight.mark_cancelled(event.job.id, event.job.run_lease)
         self.executor.emit(event)
 

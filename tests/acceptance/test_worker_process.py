@@ -130,12 +130,19 @@ def test_handler_past_its_deadline_is_rescued_while_heartbeating(start_worker):
         timeout=15,
         what="deadline rescue",
     )
+    # It was the job's only attempt: attempts are a hard bound, so rescue fails the job
+    # (decision 009) and the leader fires Rescued, then Exhausted.
     rescued = Job.objects.get(id=job.id)
-    assert rescued.state in ("retryable", "available", "running")  # rescue never fails a job
+    assert (rescued.state, rescued.attempt, rescued.errors[-1]["terminal"]) == ("failed", 1, True)
     wait_until(
-        HookCall.objects.filter(job_id=job.id, event="Rescued", detail="deadline_exceeded").exists,
-        what="Rescued(deadline_exceeded) hook in the leader",
+        HookCall.objects.filter(job_id=job.id, event="Exhausted").exists,
+        what="Exhausted hook in the leader",
     )
+    hooks = list(
+        HookCall.objects.filter(job_id=job.id).order_by("id").values_list("event", "detail")
+    )
+    expected = [("Rescued", "deadline_exceeded"), ("Exhausted", "hard deadline exceeded")]
+    assert hooks[-2:] == expected, hooks
     worker.kill()
 
 

@@ -86,7 +86,8 @@ def state_of(job: Job) -> str:
 
 
 def rescue_expired(conn) -> list[int]:
-    rows = conn.execute(maintenance_sql.job_rescue_expired_callback.sql, {"limit": 500})
+    query = maintenance_sql.job_rescue_expired_callback(limit=500, message="callback timed out")
+    rows = conn.execute(query.statement.sql, query.params)
     return [r[0] for r in rows.fetchall()]
 
 
@@ -170,12 +171,11 @@ def test_free_running_complete_external_and_rescue_have_one_outcome(events):
 # -- complete_external before the handler parked -----------------------------------------
 def park(conn, job: Job) -> list[tuple]:
     """The worker's park write (T11) for the job's attempt, on a connection of its own."""
-    params = {
-        "id": job.id, "run_lease": job.run_lease, "state": "waiting_external",
-        "run_at_mode": "keep", "delay_seconds": 0, "attempt_refund": 0, "finalize": False,
-        "error": None, "terminal": False, "progress": None, "callback_id": job.callback_id,
-    }  # fmt: skip
-    return conn.execute(jobs_sql.job_set_state_if_running.sql, params).fetchall()
+    query = jobs_sql.job_set_state_if_running(
+        id=job.id, run_lease=job.run_lease, state="waiting_external", finalize=False,
+        callback_id=job.callback_id,
+    )  # fmt: skip
+    return conn.execute(query.statement.sql, query.params).fetchall()
 
 
 def test_complete_external_before_the_park_makes_the_park_stale(events):

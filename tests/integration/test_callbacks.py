@@ -254,7 +254,9 @@ def test_resume_external_hands_the_payload_over_and_fires_nothing(client, events
     row = resolve(client.resume_external, job.callback_id, {"approved": True})
     stored = snapshot(job)
     assert row.state == stored["state"] == "running"
-    assert stored["metadata"] == {"tenant": "acme", "_awa_callback_result": {"approved": True}}
+    # The payload waits in its own column: the user's metadata is left as it was.
+    assert stored["metadata"] == {"tenant": "acme"}
+    assert stored["callback_result"] == {"approved": True}
     assert stored["callback_id"] is None and stored["callback_timeout_at"] is None
     assert events == []
     # A parked job has no lease: resume gives it an unowned one, so that if no handler
@@ -272,7 +274,9 @@ def test_resume_external_of_a_running_attempt_refreshes_its_own_lease(client, re
     lease = ActiveLease.objects.get(job_id=job.id)
     assert lease.worker_id == "worker-1" and lease.run_lease == 5
     assert lease.heartbeat_at == db_now()
-    assert snapshot(job)["metadata"] == {"_awa_callback_result": None}
+    # A None payload is stored as JSON null: still "a payload is pending" for the handler.
+    assert snapshot(job)["metadata"] == {}
+    assert Job.objects.filter(id=job.id, callback_result__isnull=False).exists()
 
 
 @pytest.mark.parametrize(
@@ -398,12 +402,12 @@ def test_async_twins_run_the_same_operations(client, events, resolve):
 
 # -- the statements use the callback index -------------------------------------------------
 STATEMENTS = [
-    callbacks_sql.job_complete_external,
-    callbacks_sql.job_fail_external,
-    callbacks_sql.job_retry_external,
-    callbacks_sql.job_resume_external,
-    callbacks_sql.job_heartbeat_callback,
-    callbacks_sql.job_lock_by_callback,
+    callbacks_sql.JOB_COMPLETE_EXTERNAL,
+    callbacks_sql.JOB_FAIL_EXTERNAL,
+    callbacks_sql.JOB_RETRY_EXTERNAL,
+    callbacks_sql.JOB_RESUME_EXTERNAL,
+    callbacks_sql.JOB_HEARTBEAT_CALLBACK,
+    callbacks_sql.JOB_LOCK_BY_CALLBACK,
 ]
 
 

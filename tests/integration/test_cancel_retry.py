@@ -19,9 +19,7 @@ import awa_django
 from awa_django.channels import CANCEL_CHANNEL, channel_for
 from awa_django.events import Cancelled
 from awa_django.execution.inline import run_available
-from awa_django.execution.outcomes import Transition
 from awa_django.snapshot import JobSnapshot
-from awa_django.storage import connection as storage
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.testing import capture_events
@@ -52,11 +50,8 @@ def core_cancel_self(job: awa_django.JobContext[CoreCancelSelf]) -> None:
 
 
 def claim() -> JobSnapshot:
-    (row,) = storage.fetch_jobs(
-        "default",
-        jobs_sql.job_claim_many,
-        {"queue": Q, "limit": 1, "worker_id": "w1", "deadline_seconds": 60},
-    )
+    query = jobs_sql.job_claim_many(queue=Q, limit=1, worker_id="w1", deadline_seconds=60)
+    (row,) = query.run("default")
     return row
 
 
@@ -125,17 +120,12 @@ def test_later_outcomes_of_a_cancelled_attempt_are_stale() -> None:
     row = running()
     awa_django.Client().cancel(row.id)
     before = Job.objects.filter(id=row.id).values().get()
-    completed = storage.fetch_jobs(
-        "default",
-        jobs_sql.job_complete_many,
-        {"ids": [row.id], "leases": [row.run_lease], "results": [None]},
+    completed = jobs_sql.job_complete_many(ids=[row.id], leases=[row.run_lease], results=[None])
+    retried = jobs_sql.job_set_state_if_running(
+        id=row.id, run_lease=row.run_lease, state="retryable", run_at_mode="backoff", error="late"
     )
-    retried = storage.fetch_jobs(
-        "default",
-        jobs_sql.job_set_state_if_running,
-        Transition("retryable", None, run_at_mode="backoff", error="late").params(row, None),
-    )
-    assert completed == retried == []
+    assert completed.run("default") == []
+    assert retried.run("default") is None
     assert Job.objects.filter(id=row.id).values().get() == before
 
 

@@ -24,7 +24,6 @@ from awa_django.events import Cancelled, Completed, Exhausted, Retried, Started
 from awa_django.exceptions import TerminalError
 from awa_django.execution.inline import run_available
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from awa_django.storage import connection as storage
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.testing import capture_events
@@ -172,7 +171,7 @@ def run(job_id: int) -> Job:
 def promote(job_id: int) -> None:
     """Make a deferred job due and promote it, as the leader would."""
     Job.objects.filter(id=job_id).update(run_at=F("run_at") - dt.timedelta(days=2))
-    storage.fetch_rows("default", maintenance_sql.job_promote_due, {"limit": 100})
+    maintenance_sql.job_promote_due(limit=100).run("default")
 
 
 def calls_of(job_id: int) -> list[int]:
@@ -315,8 +314,8 @@ def test_exception_is_retryable_with_backoff_and_an_error_entry(
     delay = (job.run_at - job.finalized_at).total_seconds()
     assert 2.0 <= delay < 2.5
     (entry,) = job.errors
-    assert set(entry) == {"error", "attempt", "at"}
-    assert entry["attempt"] == 1
+    assert set(entry) == {"error", "type", "attempt", "at"}
+    assert (entry["attempt"], entry["type"]) == (1, f"{__name__}.CoreOutcomeBoom")
     head, _, trace = entry["error"].partition("\n")
     assert head == f"{__name__}.CoreOutcomeBoom: boom"
     assert "Traceback" in trace and 'raise CoreOutcomeBoom("boom")' in trace

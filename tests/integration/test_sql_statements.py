@@ -11,18 +11,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import factory
 import pytest
 from django.db import connection
-from django.db.models import F
+from django.db.models import F, JSONField, Value
 from django.utils import timezone
 
 from awa_django.execution.outcomes import Transition
 from awa_django.snapshot import JobSnapshot
-from awa_django.storage import connection as storage
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, QueueState, WorkerInstance
+from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
@@ -32,6 +33,7 @@ from awa_django.storage.sql import workers as workers_sql
 from tests.factories import JobFactory as BaseJobFactory
 
 pytestmark = pytest.mark.django_db
+T = TypeVar("T")
 
 Q = "core-sql"
 AGO = dt.timedelta(days=2)
@@ -44,12 +46,17 @@ class JobFactory(BaseJobFactory):
     run_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(minutes=1))
 
 
-def jobs(statement: Statement, **params: Any) -> list[JobSnapshot]:
-    return storage.fetch_jobs("default", statement, params)
+def run(statement: Callable[..., Query[T]], **params: Any) -> T:
+    """Build the statement's query from `params` and run it in the test's transaction."""
+    return statement(**params).run("default")
 
 
-def rows(statement: Statement, **params: Any) -> list[tuple[Any, ...]]:
-    return storage.fetch_rows("default", statement, params)
+def jobs(statement: Callable[..., Query[Any]], **params: Any) -> list[JobSnapshot]:
+    """A statement's job rows as a list, whether it returns one row, none or many."""
+    result = run(statement, **params)
+    if result is None:
+        return []
+    return [result] if isinstance(result, JobSnapshot) else list(result)
 
 
 def claim(
@@ -74,7 +81,21 @@ def running(**fields: Any) -> JobSnapshot:
 def set_state(
     row: JobSnapshot, transition: Transition, progress: str | None = None
 ) -> list[JobSnapshot]:
-    return jobs(jobs_sql.job_set_state_if_running, **transition.params(row, progress))
+    return jobs(
+        jobs_sql.job_set_state_if_running,
+        id=row.id,
+        run_lease=row.run_lease,
+        state=transition.state,
+        run_at_mode=transition.run_at_mode,
+        delay_seconds=transition.delay_seconds,
+        attempt_refund=transition.attempt_refund,
+        finalize=transition.finalize,
+        error=transition.error,
+        error_type=transition.error_type,
+        terminal=transition.terminal,
+        progress=progress,
+        callback_id=transition.callback_id,
+    )
 
 
 def complete(
@@ -111,6 +132,7 @@ def test_job_insert_one_returns_the_full_row() -> None:
         run_at=None,
         metadata='{"m": true}',
         tags=["t1", "t2"],
+        django_task=None,
         channels=[],
     )
     assert (row.kind, row.queue, row.args, row.state, row.priority) == (
@@ -132,9 +154,8 @@ def test_job_insert_one_returns_the_full_row() -> None:
 
 def test_job_insert_many_keeps_input_order_and_per_row_values() -> None:
     when = timezone.now() + dt.timedelta(hours=1)
-    ids = [
-        r[0]
-        for r in rows(
+    ids = list(
+        run(
             jobs_sql.job_insert_many,
             kinds=["k_a", "k_b", "k_c"],
             queues=[Q, Q, "core-sql-2"],
@@ -147,7 +168,7 @@ def test_job_insert_many_keeps_input_order_and_per_row_values() -> None:
             tags=["[]", '["a", "b"]', '["c"]'],
             channels=[],
         )
-    ]
+    )
     got = [snapshot(i) for i in ids]
     assert [g["args"]["n"] for g in got] == [0, 1, 2]
     assert [(g["kind"], g["state"], g["priority"], g["max_attempts"]) for g in got] == [
@@ -305,7 +326,7 @@ def test_job_set_state_if_running_park_needs_the_registered_callback() -> None:
     token = uuid.uuid4()
     park = Transition("waiting_external", None, finalize=False, callback_id=token)
     assert set_state(row, park) == []  # no callback registered: the contract guard
-    rows(
+    run(
         jobs_sql.job_register_callback,
         id=row.id,
         run_lease=row.run_lease,
@@ -323,7 +344,7 @@ def test_job_set_state_if_running_park_needs_the_registered_callback() -> None:
 
 def test_job_set_state_if_running_clears_a_callback_on_other_outcomes() -> None:
     row = running()
-    rows(
+    run(
         jobs_sql.job_register_callback,
         id=row.id,
         run_lease=row.run_lease,
@@ -366,11 +387,9 @@ def test_job_set_state_if_running_on_a_job_that_is_not_running_changes_nothing(
 # -- job_progress_flush, job_get ----------------------------------------------------------
 def test_job_progress_flush_is_guarded() -> None:
     row = running()
-    assert rows(
-        jobs_sql.job_progress_flush, id=row.id, run_lease=row.run_lease, progress='{"p": 2}'
-    )
+    assert run(jobs_sql.job_progress_flush, id=row.id, run_lease=row.run_lease, progress='{"p": 2}')
     assert snapshot(row.id)["progress"] == {"p": 2}
-    assert rows(jobs_sql.job_progress_flush, id=row.id, run_lease=0, progress='{"p": 3}') == []
+    assert not run(jobs_sql.job_progress_flush, id=row.id, run_lease=0, progress='{"p": 3}')
     assert snapshot(row.id)["progress"] == {"p": 2}
 
 
@@ -385,7 +404,7 @@ def test_job_get() -> None:
 def test_job_register_callback_sets_the_token_and_timeout() -> None:
     row = running()
     token = uuid.uuid4()
-    ((callback_id, timeout_at),) = rows(
+    (callback_id, timeout_at) = run(
         jobs_sql.job_register_callback,
         id=row.id,
         run_lease=row.run_lease,
@@ -394,14 +413,14 @@ def test_job_register_callback_sets_the_token_and_timeout() -> None:
     )
     assert callback_id == token
     assert timeout_at - transaction_now() == dt.timedelta(seconds=90)
-    stale = rows(
+    stale = run(
         jobs_sql.job_register_callback,
         id=row.id,
         run_lease=row.run_lease + 1,
         callback_id=uuid.uuid4(),
         timeout_seconds=90,
     )
-    assert stale == [] and snapshot(row.id)["callback_id"] == token
+    assert stale is None and snapshot(row.id)["callback_id"] == token
 
 
 def test_job_enter_wait_parks_in_place_and_lifts_the_deadline() -> None:
@@ -409,9 +428,9 @@ def test_job_enter_wait_parks_in_place_and_lifts_the_deadline() -> None:
     (row,) = claim(deadline=60)
     token = uuid.uuid4()
     params = {"id": row.id, "run_lease": row.run_lease, "callback_id": token}
-    assert rows(jobs_sql.job_enter_wait, **params) == []  # not registered yet
-    rows(jobs_sql.job_register_callback, timeout_seconds=30, **params)
-    assert rows(jobs_sql.job_enter_wait, **params) == [(row.id,)]
+    assert run(jobs_sql.job_enter_wait, **params) is False  # not registered yet
+    run(jobs_sql.job_register_callback, timeout_seconds=30, **params)
+    assert run(jobs_sql.job_enter_wait, **params) is True
     assert snapshot(row.id)["state"] == "waiting_external"
     lease = ActiveLease.objects.get(job_id=row.id)
     assert (lease.run_lease, lease.deadline_at) == (row.run_lease, None)
@@ -419,32 +438,33 @@ def test_job_enter_wait_parks_in_place_and_lifts_the_deadline() -> None:
 
 def test_job_wait_state_reads_state_lease_and_whether_a_payload_waits() -> None:
     row = running()
-    assert rows(jobs_sql.job_wait_state, id=row.id) == [("running", row.run_lease, False)]
-    Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": None})
-    assert rows(jobs_sql.job_wait_state, id=row.id) == [("running", row.run_lease, True)]
+    assert run(jobs_sql.job_wait_state, id=row.id) == ("running", row.run_lease, False)
+    # A JSON null payload is still a payload: only SQL NULL means "nothing pending".
+    Job.objects.filter(id=row.id).update(callback_result=Value(None, JSONField()))
+    assert run(jobs_sql.job_wait_state, id=row.id) == ("running", row.run_lease, True)
 
 
 def test_job_take_callback_result_hands_the_payload_over_once() -> None:
     row = running()
     params = {"id": row.id, "run_lease": row.run_lease}
-    assert rows(jobs_sql.job_take_callback_result, **params) == []
-    Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": {"ok": 1}, "k": 2})
-    (taken,) = rows(jobs_sql.job_take_callback_result, **params)
-    assert json.loads(taken[0]) == {"ok": 1}
-    assert snapshot(row.id)["metadata"] == {"k": 2}
-    assert rows(jobs_sql.job_take_callback_result, **params) == []  # once only
+    assert run(jobs_sql.job_take_callback_result, **params) is None
+    Job.objects.filter(id=row.id).update(callback_result={"ok": 1}, metadata={"k": 2})
+    taken = run(jobs_sql.job_take_callback_result, **params)
+    assert taken is not None and json.loads(taken[0]) == {"ok": 1}
+    assert (snapshot(row.id)["callback_result"], snapshot(row.id)["metadata"]) == (None, {"k": 2})
+    assert run(jobs_sql.job_take_callback_result, **params) is None  # once only
     # Another attempt's read does not consume the payload.
-    Job.objects.filter(id=row.id).update(metadata={"_awa_callback_result": 1})
-    rows(jobs_sql.job_take_callback_result, id=row.id, run_lease=row.run_lease + 1)
-    assert snapshot(row.id)["metadata"] == {"_awa_callback_result": 1}
+    Job.objects.filter(id=row.id).update(callback_result=1)
+    run(jobs_sql.job_take_callback_result, id=row.id, run_lease=row.run_lease + 1)
+    assert snapshot(row.id)["callback_result"] == 1
 
 
 # -- lease_heartbeat_many -----------------------------------------------------------------
 def test_lease_heartbeat_many_refreshes_owned_leases_and_reports_them() -> None:
     a, b = running(), running()
     ActiveLease.objects.update(heartbeat_at=timezone.now() - AGO)
-    owned = rows(leases_sql.lease_heartbeat_many, ids=[a.id, b.id], leases=[a.run_lease, 77])
-    assert owned == [(a.id, a.run_lease)]
+    owned = run(leases_sql.lease_heartbeat_many, ids=[a.id, b.id], leases=[a.run_lease, 77])
+    assert owned == {(a.id, a.run_lease)}
     beats = dict(ActiveLease.objects.values_list("job_id", "heartbeat_at"))
     assert beats[a.id] == transaction_now()
     assert beats[b.id] < transaction_now() - dt.timedelta(days=1)
@@ -453,7 +473,7 @@ def test_lease_heartbeat_many_refreshes_owned_leases_and_reports_them() -> None:
 def test_lease_heartbeat_many_is_one_statement(django_assert_num_queries: Any) -> None:
     claimed = [running() for _ in range(30)]
     with django_assert_num_queries(1):
-        owned = rows(
+        owned = run(
             leases_sql.lease_heartbeat_many,
             ids=[r.id for r in claimed],
             leases=[r.run_lease for r in claimed],
@@ -465,7 +485,7 @@ def test_lease_delete_for_jobs_drops_leases_of_finished_jobs_only() -> None:
     finished, live = running(), running()
     # A lease that outlived its job (a cancel whose snapshot missed a concurrent claim).
     Job.objects.filter(id=finished.id).update(state="cancelled")
-    rows(leases_sql.lease_delete_for_jobs, ids=[finished.id, live.id])
+    run(leases_sql.lease_delete_for_jobs, ids=[finished.id, live.id])
     assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [live.id]
 
 
@@ -475,7 +495,7 @@ def test_lease_delete_orphans_drops_stale_leases_whose_job_no_longer_runs_under_
     ActiveLease.objects.filter(job_id__in=[orphan.id, stale_but_running.id]).update(
         heartbeat_at=timezone.now() - AGO
     )
-    rows(leases_sql.lease_delete_orphans, staleness_seconds=60)
+    run(leases_sql.lease_delete_orphans, staleness_seconds=60)
     # The running job's stale lease is rescue's business, a fresh lease is left alone.
     assert sorted(ActiveLease.objects.values_list("job_id", flat=True)) == sorted(
         [stale_but_running.id, fresh_orphan.id]
@@ -492,8 +512,7 @@ def test_job_promote_due_moves_due_deferred_jobs_and_counts_per_queue() -> None:
     ]
     future = JobFactory(state="scheduled", run_at=timezone.now() + AGO)
     parked = JobFactory(state="waiting_external", run_at=past)
-    result = rows(maintenance_sql.job_promote_due, limit=100)
-    assert sorted((queue, count) for queue, count, _ in result) == [(Q, 2), ("core-sql-2", 1)]
+    assert run(maintenance_sql.job_promote_due, limit=100) == 3
     for job in due:
         promoted = snapshot(job.id)
         assert (promoted["state"], promoted["run_at"]) == ("available", transaction_now())
@@ -506,7 +525,7 @@ def test_job_promote_due_respects_the_limit_oldest_first() -> None:
     past = timezone.now() - AGO
     oldest = JobFactory(state="scheduled", run_at=past - dt.timedelta(hours=1))
     JobFactory(state="scheduled", run_at=past)
-    assert rows(maintenance_sql.job_promote_due, limit=1)[0][:2] == (Q, 1)
+    assert run(maintenance_sql.job_promote_due, limit=1) == 1
     assert snapshot(oldest.id)["state"] == "available"
 
 
@@ -532,13 +551,15 @@ def test_job_rescue_stale_heartbeat_retries_with_backoff_and_an_error() -> None:
     assert snapshot(fresh.id)["state"] == "running"
 
 
-def test_job_rescue_stale_heartbeat_never_fails_an_exhausted_job() -> None:
-    row = running(attempt=9, max_attempts=10)
+def test_job_rescue_stale_heartbeat_fails_a_job_whose_last_attempt_it_rescues() -> None:
+    row = running(attempt=9, max_attempts=10)  # the claim made it attempt 10 of 10
     ActiveLease.objects.filter(job_id=row.id).update(heartbeat_at=timezone.now() - AGO)
     (rescued,) = jobs(
         maintenance_sql.job_rescue_stale_heartbeat, limit=10, staleness_seconds=1, message="m"
     )
-    assert (rescued.state, rescued.attempt) == ("retryable", 10)
+    assert (rescued.state, rescued.attempt, rescued.run_at) == ("failed", 10, row.run_at)
+    assert rescued.finalized_at == transaction_now()
+    assert [(e["error"], e["attempt"], e["terminal"]) for e in rescued.errors] == [("m", 10, True)]
 
 
 def test_job_rescue_stale_heartbeat_leaves_an_orphan_lease_and_its_job_alone() -> None:
@@ -582,7 +603,9 @@ def test_job_rescue_expired_callback_retries_or_fails_when_exhausted() -> None:
     retry = parked(1, 3, -AGO)
     exhausted = parked(3, 3, -AGO)
     waiting = parked(1, 3, AGO)
-    result = {r.id: r for r in jobs(maintenance_sql.job_rescue_expired_callback, limit=10)}
+    message = "callback timed out"
+    expired = jobs(maintenance_sql.job_rescue_expired_callback, limit=10, message=message)
+    result = {r.id: r for r in expired}
     assert set(result) == {retry.id, exhausted.id}
     r = result[retry.id]
     assert (r.state, r.callback_id, r.callback_timeout_at) == ("retryable", None, None)
@@ -603,7 +626,7 @@ def test_job_prune_terminal_deletes_by_state_specific_retention() -> None:
     young_failed = JobFactory(state="failed", finalized_at=now - dt.timedelta(hours=2))
     old_cancelled = JobFactory(state="cancelled", finalized_at=now - dt.timedelta(hours=6))
     old_retryable = JobFactory(state="retryable", finalized_at=now - dt.timedelta(days=9))
-    rows(
+    run(
         maintenance_sql.job_prune_terminal,
         completed_seconds=3600,
         failed_seconds=4 * 3600,
@@ -619,49 +642,54 @@ def test_job_prune_terminal_deletes_at_most_limit_rows() -> None:
         5, state="completed", finalized_at=timezone.now() - dt.timedelta(days=3)
     )
     JobFactory.create_batch(5, state="failed", finalized_at=timezone.now() - dt.timedelta(days=9))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            maintenance_sql.job_prune_terminal.sql,
-            {"completed_seconds": 60, "failed_seconds": 60, "limit": 3},
-        )
-        assert cursor.rowcount == 3
+    deleted = run(
+        maintenance_sql.job_prune_terminal, completed_seconds=60, failed_seconds=60, limit=3
+    )
+    assert deleted == 3
     assert Job.objects.count() == 7
 
 
 # -- leadership ---------------------------------------------------------------------------
 def test_leader_acquire_or_renew_and_leader_release() -> None:
-    def acquire(holder: str, ttl: float = 30) -> list[tuple[Any, ...]]:
-        return rows(
+    def acquire(holder: str, ttl: float = 30) -> bool:
+        return run(
             maintenance_sql.leader_acquire_or_renew, name="core-m", holder=holder, ttl_seconds=ttl
         )
 
-    ((holder, expires_at),) = acquire("a")
-    assert holder == "a" and expires_at - transaction_now() == dt.timedelta(seconds=30)
-    assert acquire("b") == []  # a leads and its lease is live
-    assert acquire("a", ttl=60)[0][1] - transaction_now() == dt.timedelta(seconds=60)
-    rows(maintenance_sql.leader_release, name="core-m", holder="b")  # not b's to release
+    def expires_in() -> dt.timedelta:
+        return LeaderLease.objects.get(name="core-m").expires_at - transaction_now()
+
+    assert acquire("a") is True
+    assert LeaderLease.objects.get(name="core-m").holder == "a"
+    assert expires_in() == dt.timedelta(seconds=30)
+    assert acquire("b") is False  # a leads and its lease is live
+    assert acquire("a", ttl=60) is True and expires_in() == dt.timedelta(seconds=60)
+    run(maintenance_sql.leader_release, name="core-m", holder="b")  # not b's to release
     assert LeaderLease.objects.get(name="core-m").holder == "a"
     LeaderLease.objects.filter(name="core-m").update(expires_at=timezone.now() - AGO)
-    assert acquire("b")[0][0] == "b"  # expired: b takes over
-    rows(maintenance_sql.leader_release, name="core-m", holder="b")
+    assert acquire("b") is True  # expired: b takes over
+    assert LeaderLease.objects.get(name="core-m").holder == "b"
+    run(maintenance_sql.leader_release, name="core-m", holder="b")
     assert not LeaderLease.objects.filter(name="core-m").exists()
 
 
 # -- admin --------------------------------------------------------------------------------
 def test_job_cancel_many_cancels_non_terminal_jobs_and_leaves_leases_to_their_statement() -> None:
-    run = running()
+    live = running()
     queued = JobFactory()
     done = JobFactory(state="completed")
-    result = rows(admin_sql.job_cancel_many, ids=[run.id, queued.id, done.id])
-    by_id = {r[0]: r for r in result}
-    assert set(by_id) == {run.id, queued.id}
-    assert by_id[run.id][-1] == ""  # pg_notify() ran for the running attempt
+    # Raw, to see the statement's last column: whether it sent the cancel hint.
+    with connection.cursor() as cursor:
+        cursor.execute(admin_sql.JOB_CANCEL_MANY.sql, {"ids": [live.id, queued.id, done.id]})
+        by_id = {row[0]: row for row in cursor.fetchall()}
+    assert set(by_id) == {live.id, queued.id}
+    assert by_id[live.id][-1] == ""  # pg_notify() ran for the running attempt
     assert by_id[queued.id][-1] is None  # ... and not for a queued job
-    assert snapshot(run.id)["state"] == snapshot(queued.id)["state"] == "cancelled"
-    assert snapshot(run.id)["errors"] == []  # T19: no error entry
+    assert snapshot(live.id)["state"] == snapshot(queued.id)["state"] == "cancelled"
+    assert snapshot(live.id)["errors"] == []  # T19: no error entry
     assert snapshot(done.id)["state"] == "completed"
-    assert ActiveLease.objects.filter(job_id=run.id).exists()  # lease_delete_for_jobs' job
-    rows(leases_sql.lease_delete_for_jobs, ids=[run.id, queued.id])
+    assert ActiveLease.objects.filter(job_id=live.id).exists()  # lease_delete_for_jobs' job
+    run(leases_sql.lease_delete_for_jobs, ids=[live.id, queued.id])
     assert not ActiveLease.objects.exists()
 
 
@@ -684,7 +712,7 @@ def test_job_retry_many_resets_attempts_and_keeps_errors() -> None:
 
 # -- workers ------------------------------------------------------------------------------
 def upsert(worker_id: str, completed: int = 0, leader: bool = False) -> None:
-    rows(
+    run(
         workers_sql.worker_instance_upsert,
         worker_id=worker_id,
         hostname="host",
@@ -706,7 +734,7 @@ def test_worker_instance_upsert_inserts_then_updates() -> None:
 def test_worker_instance_delete() -> None:
     upsert("core-w1")
     upsert("core-w2")
-    rows(workers_sql.worker_instance_delete, worker_id="core-w1")
+    run(workers_sql.worker_instance_delete, worker_id="core-w1")
     assert list(WorkerInstance.objects.values_list("worker_id", flat=True)) == ["core-w2"]
 
 
@@ -714,23 +742,25 @@ def test_worker_instance_prune_forgets_silent_workers() -> None:
     upsert("core-old")
     upsert("core-new")
     WorkerInstance.objects.filter(worker_id="core-old").update(last_seen_at=timezone.now() - AGO)
-    rows(workers_sql.worker_instance_prune, older_than_seconds=3600)
+    run(workers_sql.worker_instance_prune, older_than_seconds=3600)
     assert list(WorkerInstance.objects.values_list("worker_id", flat=True)) == ["core-new"]
 
 
 # -- coverage of the statement modules ----------------------------------------------------
 def test_every_named_statement_has_a_test_named_after_it() -> None:
     modules = (jobs_sql, leases_sql, maintenance_sql, admin_sql, workers_sql)
-    names = {
-        value.name
+    statements = [
+        (module, value)
         for module in modules
         for value in vars(module).values()
         if isinstance(value, Statement)
-    }
+    ]
     tests = [name for name in globals() if name.startswith("test_")]
-    untested = sorted(n for n in names if not any(n in t for t in tests))
+    untested = sorted(s.name for _, s in statements if not any(s.name in t for t in tests))
     assert untested == []
-    assert all(getattr(m, n).name == n for m in modules for n in vars(m) if n in names)
+    # Each statement is run through one typed function of the same name (STYLE §18).
+    for module, statement in statements:
+        assert callable(getattr(module, statement.name, None)), statement.name
 
 
 # -- plans on a realistic table -----------------------------------------------------------
@@ -771,10 +801,11 @@ def big_table() -> None:
         cursor.execute("ANALYZE awa_active_leases")
 
 
-def explain(statement: Statement, **params: Any) -> str:
+def explain(statement: Callable[..., Query[Any]], **params: Any) -> str:
     # Django's cursor binds client-side, so EXPLAIN sees literal values like a custom plan.
+    query = statement(**params)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + statement.sql, params)
+        cursor.execute("EXPLAIN " + query.statement.sql, query.params)
         return "\n".join(line for (line,) in cursor.fetchall())
 
 
@@ -794,7 +825,7 @@ def test_job_promote_due_plan_uses_the_promote_index() -> None:
 
 @pytest.mark.usefixtures("big_table")
 def test_job_rescue_expired_callback_plan_uses_the_timeout_index() -> None:
-    plan = explain(maintenance_sql.job_rescue_expired_callback, limit=500)
+    plan = explain(maintenance_sql.job_rescue_expired_callback, limit=500, message="m")
     assert "awa_jobs_cb_timeout_idx" in plan, plan
     assert "Seq Scan on awa_jobs_hot" not in plan, plan
 
@@ -814,7 +845,11 @@ def test_job_set_state_if_running_plan_uses_the_primary_key() -> None:
     row = JobSnapshot.from_mapping(Job.objects.filter(state="available").values().first())
     plan = explain(
         jobs_sql.job_set_state_if_running,
-        **Transition("retryable", None, run_at_mode="backoff", error="e").params(row, None),
+        id=row.id,
+        run_lease=row.run_lease,
+        state="retryable",
+        run_at_mode="backoff",
+        error="e",
     )
     assert "awa_jobs_hot_pkey" in plan, plan
     assert "Seq Scan on awa_jobs_hot" not in plan, plan

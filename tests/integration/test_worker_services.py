@@ -19,11 +19,11 @@ import pytest
 from django.utils import timezone
 
 from awa_django.conf import QueueConfig
-from awa_django.events import Rescued
+from awa_django.events import Event, Rescued
 from awa_django.execution.context import JobContext
 from awa_django.snapshot import JobSnapshot
-from awa_django.storage import connection as storage
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
+from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
@@ -67,25 +67,22 @@ def count_statements(db: Database) -> list[str]:
     """Record the name of every statement `db` runs from now on."""
     seen: list[str] = []
 
-    def counting(run: Callable[[Any, Any], Awaitable[T]]) -> Callable[[Any, Any], Awaitable[T]]:
-        async def counted(statement: Any, params: Any) -> T:
-            seen.append(statement.name)
-            return await run(statement, params)
+    run = db.run
 
-        return counted
+    async def counted(query: Query[T]) -> T:
+        seen.append(query.statement.name)
+        return await run(query)
 
-    db.jobs = counting(db.jobs)  # type: ignore[method-assign]
-    db.rows = counting(db.rows)  # type: ignore[method-assign]
+    db.run = counted  # type: ignore[method-assign]
     return seen
 
 
 def claim(limit: int = 10, deadline: float = 0.0) -> list[JobSnapshot]:
     """Claim on Django's connection (autocommit here), as another worker would."""
-    return storage.fetch_jobs(
-        "default",
-        jobs_sql.job_claim_many,
-        {"queue": Q, "limit": limit, "worker_id": "w-test", "deadline_seconds": deadline},
+    query = jobs_sql.job_claim_many(
+        queue=Q, limit=limit, worker_id="w-test", deadline_seconds=deadline
     )
+    return query.run("default")
 
 
 async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -287,7 +284,7 @@ def test_rescuer_rescues_stale_heartbeats_deadlines_and_expired_callbacks() -> N
     ActiveLease.objects.filter(job_id=late.id).update(deadline_at=timezone.now() - AGO)
     expired = parked(attempt=1, max_attempts=3)
     exhausted = parked(attempt=3, max_attempts=3)
-    emitted: list[Rescued] = []
+    emitted: list[Event] = []
 
     async def step(db: Database) -> list[tuple[str, JobSnapshot]]:
         return await Rescuer(db, staleness=90, emit=emitted.append).run_once()
@@ -301,9 +298,14 @@ def test_rescuer_rescues_stale_heartbeats_deadlines_and_expired_callbacks() -> N
             ("expired_callback", exhausted.id),
         ]
     )
-    assert sorted((e.reason, e.job.id) for e in emitted) == sorted(
+    assert sorted((e.reason, e.job.id) for e in emitted if isinstance(e, Rescued)) == sorted(
         (reason, row.id) for reason, row in rescued
     )
+    # The job whose last attempt expired is failed: Rescued, then Exhausted.
+    assert [(type(e).__name__, e.job.id) for e in emitted if e.job.id == exhausted.id] == [
+        ("Rescued", exhausted.id),
+        ("Exhausted", exhausted.id),
+    ]
 
     def errors_of(job_id: int) -> tuple[str, list[dict[str, Any]]]:
         job = Job.objects.get(id=job_id)

@@ -17,7 +17,7 @@ def test_events_of_kinds_without_hooks_are_not_even_queued() -> None:
     async def scenario() -> int:
         queue = HookQueue(capacity=5)
         queue.put(Started(job=make_row(kind="unit_hq_nobody")))
-        return queue.queue.qsize()
+        return queue.pending
 
     assert asyncio.run(scenario()) == 0
 
@@ -30,7 +30,7 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking(clean_hooks) -> None:
         for job_id in range(5):
             queue.put(Completed(job=make_row(kind="unit_hq_full", id=job_id)))
         queue.close()
-        return queue.queue.qsize(), queue.dropped
+        return queue.pending, queue.dropped
 
     assert asyncio.run(scenario()) == (2, 3)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from awa_django.codec import MAX_ERROR_BYTES
 from awa_django.events import Cancelled, Exhausted, Retried, WaitingForCallback
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.execution import outcomes
@@ -156,9 +157,17 @@ def test_subclass_of_terminal_error_is_terminal() -> None:
 
 
 def test_contract_violation_message() -> None:
-    t = contract_violation()
+    t = contract_violation(None)
     assert (t.state, t.event, t.terminal) == ("failed", Exhausted, True)
     assert t.error == "WaitForCallback returned without calling register_callback"
+
+
+def test_a_superseded_token_is_named_as_such() -> None:
+    current = uuid.uuid4()
+    t = contract_violation(current)
+    assert (t.state, t.terminal) == ("failed", True)
+    assert t.error is not None and "superseded callback token" in t.error
+    assert str(current) in t.error
 
 
 # -- malformed outcomes never raise -------------------------------------------------------
@@ -203,10 +212,11 @@ def test_wait_for_callback_accepts_the_token_id() -> None:
     assert t is not None and (t.state, t.callback_id) == ("waiting_external", token_id)
 
 
-def test_params_escape_nul_characters_postgresql_cannot_store() -> None:
-    t = plan_failure(make_row(), raised(ValueError("bad\x00byte")))
-    params = t.params(make_row(), None)
-    assert "\x00" not in params["error"] and "bad\\x00byte" in params["error"]
+def test_error_texts_are_storable() -> None:
+    t = plan_failure(make_row(), raised(ValueError("bad\x00byte \ud800")))
+    assert t.error is not None and "\x00" not in t.error and "bad\\x00byte" in t.error
+    t.error.encode()  # no lone surrogate left: PostgreSQL's UTF-8 can store it
+    assert t.error_type == "builtins.ValueError"
 
 
 # -- describe -----------------------------------------------------------------------------
@@ -241,7 +251,7 @@ def test_describe_trims_a_long_traceback() -> None:
 
 def test_describe_caps_a_huge_message() -> None:
     text = describe(raised(ValueError("x" * 100_000)))
-    assert len(text) <= outcomes.MAX_ERROR_CHARS
+    assert len(text.encode()) <= MAX_ERROR_BYTES
     assert text.startswith("ValueError: xxx") and text.endswith("(truncated, full text in logs)")
 
 
@@ -261,22 +271,11 @@ def test_describe_keeps_a_short_traceback_whole() -> None:
 
 
 # -- params and events --------------------------------------------------------------------
-def test_params_carry_the_guard_and_every_statement_parameter() -> None:
-    row = make_row(id=5, run_lease=9)
-    params = plan(row, result=Snooze(2)).params(row, '{"percent": 50.0}')  # type: ignore[union-attr]
-    assert params == {
-        "state": "scheduled",
-        "run_at_mode": "delay",
-        "delay_seconds": 2,
-        "attempt_refund": 1,
-        "finalize": False,
-        "error": None,
-        "terminal": False,
-        "callback_id": None,
-        "id": 5,
-        "run_lease": 9,
-        "progress": '{"percent": 50.0}',
-    }
+def test_snooze_plans_every_column_it_changes() -> None:
+    t = plan(make_row(id=5, run_lease=9), result=Snooze(2))
+    assert t == Transition(
+        "scheduled", None, run_at_mode="delay", delay_seconds=2, attempt_refund=1, finalize=False
+    )
 
 
 def test_event_for_retried_carries_attempt_error_and_next_run_at() -> None:
@@ -289,7 +288,7 @@ def test_event_for_retried_carries_attempt_error_and_next_run_at() -> None:
 
 
 def test_event_for_exhausted_and_cancelled() -> None:
-    exhausted = event_for(contract_violation(), make_row(state="failed", attempt=2))
+    exhausted = event_for(contract_violation(None), make_row(state="failed", attempt=2))
     assert isinstance(exhausted, Exhausted) and exhausted.attempt == 2
     assert exhausted.error == "WaitForCallback returned without calling register_callback"
     cancelled = event_for(plan(make_row(), result=Cancel("r")), make_row(state="cancelled"))  # type: ignore[arg-type]

@@ -1,9 +1,11 @@
-"""Every hand-written statement on the hot path, by name (DESIGN §3, STYLE §4).
+"""Every hand-written statement on the hot path, by name (DESIGN §3, STYLE §4, §18).
 
-Each statement is a `Statement`: its name starts with the entity it touches, its comment
-names its parameters, the index it relies on and any planner trap. Everything that is not
-on the hot path uses the ORM instead. Both the runtime (psycopg connections) and the client
-(Django's connection) run these same statements.
+Each module holds the statements of one entity. A statement's text is a `Statement`
+constant (upper case) with a comment naming its parameters, the index it relies on and any
+planner trap; beside it, one typed function with the statement's name builds the `Query`
+that runs it (`query.run(using)` on Django's connection, `await query.arun(conn)` or
+`query.run_on(conn)` on the runtime's). Callers never build parameter dicts. Fragments that
+several statements share live in `fragments.py`. Everything off the hot path uses the ORM.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 class Statement:
     name: str
     sql: str
+    returns_rows: bool = True
 
     def __str__(self) -> str:
         return self.name

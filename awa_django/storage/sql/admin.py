@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from awa_django.channels import channel_sql
-from awa_django.snapshot import RETURNING_COLUMNS as COLS
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage import query
+from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
-
-_J_COLS = ", ".join("j." + c for c in COLS.split(", "))
+from awa_django.storage.sql.fragments import J_JOB_COLUMNS, JOB_COLUMN_NAMES, notify_cancel
 
 # Params: ids int8[]. T19: any non-terminal job → cancelled. Rows are locked in id order.
-# A running attempt's later outcome is stale from here on, and its worker hears
-# awa_cancel, inside this transaction, to set is_cancelled(). The leases are deleted by
+# A running attempt's later outcome is stale from here on, and its worker hears the
+# cancel hint, inside this transaction, to set is_cancelled(). The leases are deleted by
 # leases.lease_delete_for_jobs, run next in the same transaction: a DELETE in this
 # statement would use its snapshot and miss a lease that a claim or resume_external,
 # whose row lock this statement waited for, committed meanwhile.
-job_cancel_many = Statement(
+JOB_CANCEL_MANY = Statement(
     "job_cancel_many",
     f"""
 WITH target AS (
@@ -26,20 +27,25 @@ WITH target AS (
 ), cancelled AS (
     UPDATE awa_jobs_hot j
     SET state = 'cancelled', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL
+        callback_timeout_at = NULL, callback_result = NULL
     FROM target t WHERE j.id = t.id
-    RETURNING {_J_COLS}, t.prior_state
+    RETURNING {J_JOB_COLUMNS}, t.prior_state
 )
-SELECT {COLS}, CASE WHEN prior_state IN ('running', 'waiting_external') THEN
-    pg_notify('awa_cancel', json_build_object('job_id', id, 'run_lease', run_lease)::text)::text
-    END
+SELECT {JOB_COLUMN_NAMES}, CASE WHEN prior_state IN ('running', 'waiting_external')
+    THEN {notify_cancel("id", "run_lease")} END
 FROM cancelled
 """,
 )
 
+
+def job_cancel_many(*, ids: list[int]) -> Query[list[JobSnapshot]]:
+    """The rows this statement cancelled (ids sorted: one lock order for every writer)."""
+    return Query(JOB_CANCEL_MANY, {"ids": ids}, query.jobs)
+
+
 # Params: ids int8[]. Each retried job's queue is notified (duplicates fold into one). T21:
 # failed / cancelled / waiting_external → available, attempt reset, errors and run_lease kept.
-job_retry_many = Statement(
+JOB_RETRY_MANY = Statement(
     "job_retry_many",
     f"""
 WITH target AS (
@@ -51,12 +57,16 @@ WITH target AS (
 ), retried AS (
     UPDATE awa_jobs_hot j
     SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
-        callback_id = NULL, callback_timeout_at = NULL
+        callback_id = NULL, callback_timeout_at = NULL, callback_result = NULL
     FROM target t WHERE j.id = t.id
-    RETURNING {_J_COLS}
+    RETURNING {J_JOB_COLUMNS}
 ), released AS (
     DELETE FROM awa_active_leases l USING retried r WHERE l.job_id = r.id
 )
-SELECT {COLS}, pg_notify({channel_sql("queue")}, '')::text FROM retried
+SELECT *, pg_notify({channel_sql("queue")}, '')::text FROM retried
 """,
 )
+
+
+def job_retry_many(*, ids: list[int]) -> Query[list[JobSnapshot]]:
+    return Query(JOB_RETRY_MANY, {"ids": ids}, query.jobs)

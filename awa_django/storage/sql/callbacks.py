@@ -16,11 +16,20 @@ knows which attempt registered the callback can refuse to touch a newer one.
 
 from __future__ import annotations
 
-from awa_django.channels import channel_sql
-from awa_django.snapshot import RETURNING_COLUMNS as COLS
-from awa_django.storage.sql import Statement
+import uuid
 
-_J_COLS = ", ".join("j." + c for c in COLS.split(", "))
+from awa_django.channels import channel_sql
+from awa_django.snapshot import COLUMNS, JobSnapshot
+from awa_django.storage import query
+from awa_django.storage.query import Query
+from awa_django.storage.sql import Statement
+from awa_django.storage.sql.fragments import (
+    J_JOB_COLUMNS,
+    JOB_COLUMN_NAMES,
+    JOB_COLUMNS,
+    append_error,
+    error_entry,
+)
 
 # The guard shared by complete, fail, resume and resolve: waiting_external, or still
 # running (the handler registered the callback but has not parked yet: the early-callback
@@ -33,46 +42,67 @@ _PENDING = """callback_id = %(callback_id)s::uuid
 # still running when its callback was resolved, so that attempt's heartbeat learns it lost.
 _RELEASE = "DELETE FROM awa_active_leases l USING moved m WHERE l.job_id = m.id"
 
+
+def _pending(callback_id: uuid.UUID, run_lease: int | None) -> dict[str, object]:
+    return {"callback_id": callback_id, "run_lease": run_lease}
+
+
 # Params: callback_id uuid, run_lease int8|NULL. T13: → completed; finalized_at now,
-# callback and progress cleared, lease deleted. The payload is not stored.
-job_complete_external = Statement(
+# callback, progress and any unread resume payload cleared, lease deleted.
+JOB_COMPLETE_EXTERNAL = Statement(
     "job_complete_external",
     f"""
 WITH moved AS (
     UPDATE awa_jobs_hot
     SET state = 'completed', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL, progress = NULL
+        callback_timeout_at = NULL, progress = NULL, callback_result = NULL
     WHERE {_PENDING}
-    RETURNING {COLS}
+    RETURNING {JOB_COLUMNS}
 ), released AS ({_RELEASE})
-SELECT {COLS} FROM moved
+SELECT * FROM moved
 """,
 )
 
+
+def job_complete_external(
+    *, callback_id: uuid.UUID, run_lease: int | None
+) -> Query[JobSnapshot | None]:
+    return Query(JOB_COMPLETE_EXTERNAL, _pending(callback_id, run_lease), query.first_job)
+
+
+_FAILED_ENTRY = append_error("errors", error_entry("%(error)s::text", "attempt", terminal="true"))
+
 # Params: callback_id uuid, run_lease int8|NULL, error text. T14: → failed with a terminal
 # error entry for the current attempt; callback cleared, progress kept, lease deleted.
-job_fail_external = Statement(
+JOB_FAIL_EXTERNAL = Statement(
     "job_fail_external",
     f"""
 WITH moved AS (
     UPDATE awa_jobs_hot
     SET state = 'failed', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL,
-        errors = errors || jsonb_build_array(jsonb_build_object(
-            'error', %(error)s::text, 'attempt', attempt, 'at', now(), 'terminal', true))
+        callback_timeout_at = NULL, callback_result = NULL,
+        errors = {_FAILED_ENTRY}
     WHERE {_PENDING}
-    RETURNING {COLS}
+    RETURNING {JOB_COLUMNS}
 ), released AS ({_RELEASE})
-SELECT {COLS} FROM moved
+SELECT * FROM moved
 """,
 )
+
+
+def job_fail_external(
+    *, callback_id: uuid.UUID, run_lease: int | None, error: str
+) -> Query[JobSnapshot | None]:
+    params = {**_pending(callback_id, run_lease), "error": error}
+    return Query(JOB_FAIL_EXTERNAL, params, query.first_job)
+
 
 # Params: callback_id uuid. T15: waiting_external only (a running handler still owns its
 # attempt) → available with attempt reset, run_at now, callback cleared. The CTE locks the
 # row first so the parked attempt (needed by the Retried event) is read from the very row
 # version the UPDATE replaces; PostgreSQL 15 has no RETURNING OLD. Returns the job row, then
 # parked_attempt, then the NOTIFY that wakes the queue's dispatchers on commit.
-job_retry_external = Statement(
+JOB_RETRY_EXTERNAL = Statement(
     "job_retry_external",
     f"""
 WITH target AS (
@@ -82,31 +112,41 @@ WITH target AS (
 ), moved AS (
     UPDATE awa_jobs_hot j
     SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
-        callback_id = NULL, callback_timeout_at = NULL
+        callback_id = NULL, callback_timeout_at = NULL, callback_result = NULL
     FROM target t
     WHERE j.id = t.id AND j.state = 'waiting_external'
-    RETURNING {_J_COLS}, t.parked_attempt
+    RETURNING {J_JOB_COLUMNS}, t.parked_attempt
 ), released AS ({_RELEASE})
-SELECT {COLS}, parked_attempt, pg_notify({channel_sql("queue")}, '')::text FROM moved
+SELECT {JOB_COLUMN_NAMES}, parked_attempt, pg_notify({channel_sql("queue")}, '')::text
+FROM moved
 """,
 )
 
+
+def job_retry_external(*, callback_id: uuid.UUID) -> Query[tuple[JobSnapshot, int] | None]:
+    """(the committed row, the attempt it was parked in), or None."""
+    return Query(JOB_RETRY_EXTERNAL, {"callback_id": callback_id}, _with_parked_attempt)
+
+
+def _with_parked_attempt(rows: query.Rows, count: int) -> tuple[JobSnapshot, int] | None:
+    return (JobSnapshot.from_row(rows[0]), rows[0][len(COLUMNS)]) if rows else None
+
+
 # Params: callback_id uuid, run_lease int8|NULL, payload (json text). T12: → running with the
-# payload under metadata._awa_callback_result, which the waiting handler reads and removes.
-# Awa sets heartbeat_at = now here; our heartbeat lives on the lease, so the lease is
-# refreshed, or created unowned (worker_id '') when the job was parked and has none: a
-# resumed job that no handler waits for is then rescued by the stale-heartbeat sweep and
-# runs again, instead of sitting in `running` forever. deadline_at stays as it was (NULL
-# for a new lease), as in Awa.
-job_resume_external = Statement(
+# payload in callback_result, which the waiting handler reads and clears. Awa sets
+# heartbeat_at = now here; our heartbeat lives on the lease, so the lease is refreshed, or
+# created unowned (worker_id '') when the job was parked and has none: a resumed job that
+# no handler waits for is then rescued by the stale-heartbeat sweep and runs again, instead
+# of sitting in `running` forever. deadline_at stays as it was (NULL for a new lease).
+JOB_RESUME_EXTERNAL = Statement(
     "job_resume_external",
     f"""
 WITH moved AS (
     UPDATE awa_jobs_hot
     SET state = 'running', callback_id = NULL, callback_timeout_at = NULL,
-        metadata = metadata || jsonb_build_object('_awa_callback_result', %(payload)s::jsonb)
+        callback_result = %(payload)s::jsonb
     WHERE {_PENDING}
-    RETURNING {COLS}
+    RETURNING {JOB_COLUMNS}
 ), leased AS (
     INSERT INTO awa_active_leases (job_id, run_lease, queue, worker_id, claimed_at,
                                    heartbeat_at)
@@ -114,26 +154,49 @@ WITH moved AS (
     ON CONFLICT (job_id) DO UPDATE
     SET run_lease = EXCLUDED.run_lease, heartbeat_at = EXCLUDED.heartbeat_at
 )
-SELECT {COLS} FROM moved
+SELECT * FROM moved
 """,
 )
 
+
+def job_resume_external(
+    *, callback_id: uuid.UUID, run_lease: int | None, payload: str
+) -> Query[JobSnapshot | None]:
+    """`payload` is JSON text ('null' for none: SQL NULL would mean "nothing pending")."""
+    params = {**_pending(callback_id, run_lease), "payload": payload}
+    return Query(JOB_RESUME_EXTERNAL, params, query.first_job)
+
+
 # Params: callback_id uuid, timeout_seconds float8 (finite, >= 0, checked by the Client).
 # waiting_external only; the new timeout is on the database clock.
-job_heartbeat_callback = Statement(
+JOB_HEARTBEAT_CALLBACK = Statement(
     "job_heartbeat_callback",
     f"""
 UPDATE awa_jobs_hot
 SET callback_timeout_at = now() + make_interval(secs => %(timeout_seconds)s::float8)
 WHERE callback_id = %(callback_id)s::uuid AND state = 'waiting_external'
-RETURNING {COLS}
+RETURNING {JOB_COLUMNS}
 """,
 )
+
+
+def job_heartbeat_callback(
+    *, callback_id: uuid.UUID, timeout_seconds: float
+) -> Query[JobSnapshot | None]:
+    params = {"callback_id": callback_id, "timeout_seconds": timeout_seconds}
+    return Query(JOB_HEARTBEAT_CALLBACK, params, query.first_job)
+
 
 # Params: callback_id uuid, run_lease int8|NULL. resolve_callback locks the pending row
 # FOR UPDATE, decides, then runs complete or fail in the same transaction, so two
 # concurrent resolve_callback calls are serialised and the second finds nothing.
-job_lock_by_callback = Statement(
+JOB_LOCK_BY_CALLBACK = Statement(
     "job_lock_by_callback",
-    f"SELECT {COLS} FROM awa_jobs_hot WHERE {_PENDING} FOR UPDATE",
+    f"SELECT {JOB_COLUMNS} FROM awa_jobs_hot WHERE {_PENDING} FOR UPDATE",
 )
+
+
+def job_lock_by_callback(
+    *, callback_id: uuid.UUID, run_lease: int | None
+) -> Query[JobSnapshot | None]:
+    return Query(JOB_LOCK_BY_CALLBACK, _pending(callback_id, run_lease), query.first_job)

@@ -1,9 +1,24 @@
-"""Statements on `awa_jobs_hot` (with the lease row where an attempt ends)."""
+"""Statements on `awa_jobs_hot` (with the lease row where an attempt ends): enqueue, claim,
+the guarded attempt writes, and what a running handler asks of its row."""
 
 from __future__ import annotations
 
-from awa_django.snapshot import RETURNING_COLUMNS as COLS
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage import query
+from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
+from awa_django.storage.sql.fragments import (
+    J_JOB_COLUMNS,
+    JOB_COLUMNS,
+    append_error,
+    backoff,
+    error_entry,
+)
 
 # Wake-up hints ride on the statement that makes jobs available, so enqueue stays one round
 # trip: the uncorrelated sub-select runs once per statement (an InitPlan), never per row.
@@ -12,29 +27,64 @@ from awa_django.storage.sql import Statement
 _NOTIFY_ONCE = "(SELECT count(pg_notify(ch, '')) FROM unnest(%(channels)s::text[]) ch) >= 0"
 
 # Params: kind, queue, args (json text), state ('available'|'scheduled'), priority,
-# max_attempts, run_at (NULL = now()), metadata (json text), tags text[], channels text[].
-# Index: none read; inserts maintain the partial dispatch/promotion indexes.
-job_insert_one = Statement(
+# max_attempts, run_at (NULL = now()), metadata (json text), tags text[], django_task (json
+# text or NULL), channels text[]. Index: none read; inserts maintain the partial indexes.
+JOB_INSERT_ONE = Statement(
     "job_insert_one",
     f"""
 WITH inserted AS (
     INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts,
                               run_at, created_at, run_lease, errors, metadata, tags,
-                              attempted_by)
+                              attempted_by, django_task)
     VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s::text, %(priority)s, 0,
             %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()), now(), 0, '[]',
-            %(metadata)s::jsonb, %(tags)s::text[], '{{}}')
-    RETURNING {COLS}
+            %(metadata)s::jsonb, %(tags)s::text[], '{{}}', %(django_task)s::jsonb)
+    RETURNING {JOB_COLUMNS}
 )
-SELECT {COLS} FROM inserted WHERE {_NOTIFY_ONCE}
+SELECT {JOB_COLUMNS} FROM inserted WHERE {_NOTIFY_ONCE}
 """,
 )
+
+
+def job_insert_one(
+    *,
+    kind: str,
+    queue: str,
+    args: str,
+    state: str,
+    priority: int,
+    max_attempts: int,
+    run_at: dt.datetime | None,
+    metadata: str,
+    tags: Sequence[str],
+    django_task: str | None,
+    channels: Sequence[str],
+) -> Query[JobSnapshot]:
+    params = {
+        "kind": kind,
+        "queue": queue,
+        "args": args,
+        "state": state,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "run_at": run_at,
+        "metadata": metadata,
+        "tags": list(tags),
+        "django_task": django_task,
+        "channels": list(channels),
+    }
+    return Query(JOB_INSERT_ONE, params, _only_job)
+
+
+def _only_job(rows: query.Rows, count: int) -> JobSnapshot:
+    return JobSnapshot.from_row(rows[0])
+
 
 # Params: parallel arrays kinds, queues, args (json text[]), states, priorities,
 # max_attempts, run_ats (NULL elements = now()), metadata (json text[]), tags (json text[]
 # of string arrays: PostgreSQL has no ragged text[][]), channels text[] (distinct queues).
 # One statement for any number of rows; returns ids in input order (WITH ORDINALITY).
-job_insert_many = Statement(
+JOB_INSERT_MANY = Statement(
     "job_insert_many",
     f"""
 WITH inserted AS (
@@ -58,6 +108,40 @@ SELECT id FROM inserted WHERE {_NOTIFY_ONCE} ORDER BY id
 """,
 )
 
+
+def job_insert_many(
+    *,
+    kinds: list[str],
+    queues: list[str],
+    args: list[str],
+    states: list[str],
+    priorities: list[int],
+    max_attempts: list[int],
+    run_ats: list[dt.datetime | None],
+    metadata: list[str],
+    tags: list[str],
+    channels: Sequence[str],
+) -> Query[list[int]]:
+    """The bulk insert; `tags` holds each row's tags as a JSON array text."""
+    params = {
+        "kinds": kinds,
+        "queues": queues,
+        "args": args,
+        "states": states,
+        "priorities": priorities,
+        "max_attempts": max_attempts,
+        "run_ats": run_ats,
+        "metadata": metadata,
+        "tags": tags,
+        "channels": list(channels),
+    }
+    return Query(JOB_INSERT_MANY, params, _ids)
+
+
+def _ids(rows: query.Rows, count: int) -> list[int]:
+    return [row[0] for row in rows]
+
+
 # Params: queue, limit, worker_id, deadline_seconds (0 = no deadline).
 # Index: awa_jobs_dispatch_idx (queue, priority, run_at, id) WHERE state='available'.
 # Traps: (1) it must be a CTE: as a FROM sub-select the planner may merge it and lose the
@@ -65,7 +149,7 @@ SELECT id FROM inserted WHERE {_NOTIFY_ONCE} ORDER BY id
 # seen before a concurrent claim committed must not be claimed twice (Awa bug #134);
 # (3) the paused check reads awa_queue_state by primary key, once per statement.
 # The lease rows are inserted in the same statement, so every running job has a lease.
-job_claim_many = Statement(
+JOB_CLAIM_MANY = Statement(
     "job_claim_many",
     f"""
 WITH candidates AS (
@@ -84,7 +168,7 @@ WITH candidates AS (
             greatest(1, cardinality(j.attempted_by) - 8):]
     FROM candidates c
     WHERE j.id = c.id AND j.state = 'available'
-    RETURNING {", ".join("j." + c for c in COLS.split(", "))}
+    RETURNING {J_JOB_COLUMNS}
 ), leased AS (
     INSERT INTO awa_active_leases (job_id, run_lease, queue, worker_id, claimed_at,
                                    heartbeat_at, deadline_at)
@@ -97,15 +181,28 @@ WITH candidates AS (
         claimed_at = EXCLUDED.claimed_at, heartbeat_at = EXCLUDED.heartbeat_at,
         deadline_at = EXCLUDED.deadline_at
 )
-SELECT {COLS} FROM claimed ORDER BY priority, run_at, id
+SELECT * FROM claimed ORDER BY priority, run_at, id
 """,
 )
+
+
+def job_claim_many(
+    *, queue: str, limit: int, worker_id: str, deadline_seconds: float
+) -> Query[list[JobSnapshot]]:
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "worker_id": worker_id,
+        "deadline_seconds": deadline_seconds,
+    }
+    return Query(JOB_CLAIM_MANY, params, query.jobs)
+
 
 # Params: ids int8[], leases int8[], results (json text[], NULL elements for no result),
 # both sorted by id so concurrent flushes lock rows in one order (no deadlocks).
 # Guard: (id, state='running', run_lease) per row; RETURNING tells applied from stale.
 # Index: primary key. The lease rows go in the same statement.
-job_complete_many = Statement(
+JOB_COMPLETE_MANY = Statement(
     "job_complete_many",
     f"""
 WITH finished AS (
@@ -115,24 +212,31 @@ WITH finished AS (
     FROM unnest(%(ids)s::int8[], %(leases)s::int8[], %(results)s::text[])
          AS t(id, run_lease, result)
     WHERE j.id = t.id AND j.run_lease = t.run_lease AND j.state = 'running'
-    RETURNING {", ".join("j." + c for c in COLS.split(", "))}
+    RETURNING {J_JOB_COLUMNS}
 ), released AS (
     DELETE FROM awa_active_leases l USING finished f
     WHERE l.job_id = f.id AND l.run_lease = f.run_lease
 )
-SELECT {COLS} FROM finished
+SELECT * FROM finished
 """,
 )
+
+
+def job_complete_many(
+    *, ids: list[int], leases: list[int], results: list[str | None]
+) -> Query[list[JobSnapshot]]:
+    """Parallel lists, sorted by id; returns the rows whose completion applied."""
+    return Query(JOB_COMPLETE_MANY, {"ids": ids, "leases": leases, "results": results}, query.jobs)
+
 
 # One guarded statement for every non-batched attempt outcome (retry, RetryAfter, snooze,
 # cancel, fail, park). Params: id, run_lease, state (target), run_at_mode ('keep' |
 # 'delay' | 'backoff'), delay_seconds, attempt_refund (1 for Snooze, else 0),
-# finalize (bool: set finalized_at), error (text or NULL), terminal (bool),
-# progress (json text or NULL: the attempt's latest snapshot), callback_id (park only:
-# the token the handler returned must still be the job's current callback).
-# Backoff is min(2^a + U[0,0.25)*2^a, 24 h) seconds on the database clock.
-# Zero rows = stale outcome (rescued, cancelled or re-claimed): the caller drops it.
-job_set_state_if_running = Statement(
+# finalize (bool: set finalized_at), error (text or NULL), error_type (the exception class
+# path or NULL), terminal (bool), progress (json text or NULL: the attempt's latest
+# snapshot), callback_id (park only: the token the handler returned must still be the
+# job's current callback). Zero rows = stale outcome (rescued, cancelled or re-claimed).
+JOB_SET_STATE_IF_RUNNING = Statement(
     "job_set_state_if_running",
     f"""
 WITH moved AS (
@@ -140,15 +244,22 @@ WITH moved AS (
     SET state = %(state)s::text,
         run_at = CASE %(run_at_mode)s::text
             WHEN 'delay' THEN now() + make_interval(secs => greatest(%(delay_seconds)s::float8, 0))
-            WHEN 'backoff' THEN now() + make_interval(
-                secs => least(power(2, attempt) * (1 + random() * 0.25), 86400))
+            WHEN 'backoff' THEN now() + make_interval(secs => {backoff("attempt")})
             ELSE run_at END,
         attempt = attempt - %(attempt_refund)s::int2,
         finalized_at = CASE WHEN %(finalize)s::bool THEN now() ELSE finalized_at END,
         errors = CASE WHEN %(error)s::text IS NULL THEN errors
-            ELSE errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-                'error', %(error)s::text, 'attempt', attempt, 'at', now(),
-                'terminal', CASE WHEN %(terminal)s::bool THEN true END))) END,
+            ELSE {
+        append_error(
+            "errors",
+            error_entry(
+                "%(error)s::text",
+                "attempt",
+                terminal="%(terminal)s::bool",
+                kind="%(error_type)s::text",
+            ),
+        )
+    } END,
         progress = CASE WHEN %(progress)s::text IS NULL THEN progress
                         ELSE %(progress)s::jsonb END,
         callback_id = CASE WHEN %(state)s::text = 'waiting_external' THEN callback_id END,
@@ -156,31 +267,77 @@ WITH moved AS (
                                    THEN callback_timeout_at END
     WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
       AND (%(callback_id)s::uuid IS NULL OR callback_id = %(callback_id)s::uuid)
-    RETURNING {COLS}
+    RETURNING {JOB_COLUMNS}
 ), released AS (
     DELETE FROM awa_active_leases l USING moved m
     WHERE l.job_id = m.id AND l.run_lease = m.run_lease
 )
-SELECT {COLS} FROM moved
+SELECT * FROM moved
 """,
 )
 
+
+def job_set_state_if_running(
+    *,
+    id: int,
+    run_lease: int,
+    state: str,
+    run_at_mode: str = "keep",
+    delay_seconds: float | None = None,
+    attempt_refund: int = 0,
+    finalize: bool = True,
+    error: str | None = None,
+    error_type: str | None = None,
+    terminal: bool = False,
+    progress: str | None = None,
+    callback_id: uuid.UUID | None = None,
+) -> Query[JobSnapshot | None]:
+    """The committed row, or None when the outcome is stale."""
+    params = {
+        "id": id,
+        "run_lease": run_lease,
+        "state": state,
+        "run_at_mode": run_at_mode,
+        "delay_seconds": delay_seconds,
+        "attempt_refund": attempt_refund,
+        "finalize": finalize,
+        "error": error,
+        "error_type": error_type,
+        "terminal": terminal,
+        "progress": progress,
+        "callback_id": callback_id,
+    }
+    return Query(JOB_SET_STATE_IF_RUNNING, params, query.first_job)
+
+
 # Params: id, run_lease, progress (json text). Guarded like every attempt write.
-job_progress_flush = Statement(
+JOB_PROGRESS_FLUSH = Statement(
     "job_progress_flush",
     """
 UPDATE awa_jobs_hot SET progress = %(progress)s::jsonb
 WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
-RETURNING id
 """,
+    returns_rows=False,
 )
 
-# Params: id. Reads one row by primary key (the executor re-reads after a stale park).
-job_get = Statement("job_get", f"SELECT {COLS} FROM awa_jobs_hot WHERE id = %(id)s")
+
+def job_progress_flush(*, id: int, run_lease: int, progress: str) -> Query[bool]:
+    """True when the attempt still owns the job (the progress was written)."""
+    params = {"id": id, "run_lease": run_lease, "progress": progress}
+    return Query(JOB_PROGRESS_FLUSH, params, query.matched)
+
+
+# Params: id. Reads one row by primary key.
+JOB_GET = Statement("job_get", f"SELECT {JOB_COLUMNS} FROM awa_jobs_hot WHERE id = %(id)s")
+
+
+def job_get(*, id: int) -> Query[JobSnapshot | None]:
+    return Query(JOB_GET, {"id": id}, query.first_job)
+
 
 # Params: id, run_lease, callback_id (a fresh uuid4 from the worker), timeout_seconds.
 # Re-registering replaces the token, so an older token can no longer resolve the job.
-job_register_callback = Statement(
+JOB_REGISTER_CALLBACK = Statement(
     "job_register_callback",
     """
 UPDATE awa_jobs_hot
@@ -191,9 +348,27 @@ RETURNING callback_id, callback_timeout_at
 """,
 )
 
+
+def job_register_callback(
+    *, id: int, run_lease: int, callback_id: uuid.UUID, timeout_seconds: float
+) -> Query[tuple[uuid.UUID, dt.datetime] | None]:
+    """(callback_id, timeout_at), or None when the attempt no longer owns the job."""
+    params = {
+        "id": id,
+        "run_lease": run_lease,
+        "callback_id": callback_id,
+        "timeout_seconds": timeout_seconds,
+    }
+    return Query(JOB_REGISTER_CALLBACK, params, _token)
+
+
+def _token(rows: query.Rows, count: int) -> tuple[uuid.UUID, dt.datetime] | None:
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
 # Params: id, run_lease, callback_id. Sequential wait (T11, wait mode): the handler keeps
 # its slot and its lease; the lease's deadline is lifted because waiting is not running.
-job_enter_wait = Statement(
+JOB_ENTER_WAIT = Statement(
     "job_enter_wait",
     """
 WITH waiting AS (
@@ -209,30 +384,53 @@ SELECT id FROM waiting
 """,
 )
 
+
+def job_enter_wait(*, id: int, run_lease: int, callback_id: uuid.UUID) -> Query[bool]:
+    """True when the job now waits for `callback_id` under this attempt."""
+    params = {"id": id, "run_lease": run_lease, "callback_id": callback_id}
+    return Query(JOB_ENTER_WAIT, params, query.matched)
+
+
 # Params: id. What a sequential wait polls every 200 ms: a plain read (no lock, no
 # transaction id, no write), so thousands of waiting handlers cost the wide row nothing.
 # Returns (state, run_lease, has_payload).
-job_wait_state = Statement(
+JOB_WAIT_STATE = Statement(
     "job_wait_state",
     """
-SELECT state, run_lease, metadata ? '_awa_callback_result'
+SELECT state, run_lease, callback_result IS NOT NULL
 FROM awa_jobs_hot WHERE id = %(id)s
 """,
 )
 
-# Params: id, run_lease. Takes the payload resume_external left in metadata (removing
-# it) once the job runs again under this attempt; returns it as JSON text, or no row.
-job_take_callback_result = Statement(
+
+def job_wait_state(*, id: int) -> Query[tuple[str, int, bool] | None]:
+    """(state, run_lease, a resume payload is pending), or None for a deleted job."""
+    return Query(JOB_WAIT_STATE, {"id": id}, _wait_state)
+
+
+def _wait_state(rows: query.Rows, count: int) -> tuple[str, int, bool] | None:
+    return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+
+# Params: id, run_lease. Takes the payload resume_external left in callback_result
+# (clearing it) once the job runs again under this attempt; returns it as JSON text.
+JOB_TAKE_CALLBACK_RESULT = Statement(
     "job_take_callback_result",
     """
 WITH current AS (
-    SELECT id, metadata -> '_awa_callback_result' AS payload FROM awa_jobs_hot
+    SELECT id, callback_result AS payload FROM awa_jobs_hot
     WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
-      AND metadata ? '_awa_callback_result'
+      AND callback_result IS NOT NULL
     FOR UPDATE
 )
-UPDATE awa_jobs_hot j SET metadata = j.metadata - '_awa_callback_result'
+UPDATE awa_jobs_hot j SET callback_result = NULL
 FROM current c WHERE j.id = c.id
 RETURNING c.payload::text
 """,
 )
+
+
+def job_take_callback_result(*, id: int, run_lease: int) -> Query[tuple[Any, ...] | None]:
+    """A one-element row holding the payload as JSON text, or None (lost to another
+    attempt, or nothing pending)."""
+    return Query(JOB_TAKE_CALLBACK_RESULT, {"id": id, "run_lease": run_lease}, query.first)

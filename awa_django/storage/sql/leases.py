@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from awa_django.storage import query
+from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 
 # Params: ids int8[], leases int8[] (sorted by id: one lock order for every writer).
 # Touches only the narrow lease table (primary key lookups); returns the pairs still owned,
 # so the worker learns which of its attempts were rescued or cancelled meanwhile.
-lease_heartbeat_many = Statement(
+LEASE_HEARTBEAT_MANY = Statement(
     "lease_heartbeat_many",
     """
 UPDATE awa_active_leases l SET heartbeat_at = now()
@@ -18,23 +20,37 @@ RETURNING l.job_id, l.run_lease
 )
 
 
+def lease_heartbeat_many(*, ids: list[int], leases: list[int]) -> Query[set[tuple[int, int]]]:
+    """The (job id, run_lease) pairs still owned after the beat."""
+    return Query(LEASE_HEARTBEAT_MANY, {"ids": ids, "leases": leases}, _pairs)
+
+
+def _pairs(rows: query.Rows, count: int) -> set[tuple[int, int]]:
+    return {(row[0], row[1]) for row in rows}
+
+
 # Params: ids int8[] (jobs a cancel just finalized). Its own statement, so it has a fresh
 # snapshot that sees every lease committed while admin.job_cancel_many waited for its row
 # locks (a claim, a resume_external). Index: awa_active_leases primary key.
-lease_delete_for_jobs = Statement(
+LEASE_DELETE_FOR_JOBS = Statement(
     "lease_delete_for_jobs",
     """
 DELETE FROM awa_active_leases l USING awa_jobs_hot j
 WHERE l.job_id = ANY(%(ids)s::int8[]) AND j.id = l.job_id
   AND j.state IN ('completed', 'failed', 'cancelled')
 """,
+    returns_rows=False,
 )
+
+
+def lease_delete_for_jobs(*, ids: list[int]) -> Query[int]:
+    return Query(LEASE_DELETE_FOR_JOBS, {"ids": ids}, query.rowcount)
 
 
 # Params: staleness_seconds. Removes stale leases whose job no longer runs under them (a
 # worker died during a sequential callback wait, or a lease outlived its job): they guard
 # nothing, and leaving them would only mislead the dashboard. Index: awa_leases_heartbeat_idx.
-lease_delete_orphans = Statement(
+LEASE_DELETE_ORPHANS = Statement(
     "lease_delete_orphans",
     """
 DELETE FROM awa_active_leases l
@@ -42,4 +58,9 @@ WHERE l.heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s::floa
   AND NOT EXISTS (SELECT 1 FROM awa_jobs_hot j
                   WHERE j.id = l.job_id AND j.run_lease = l.run_lease AND j.state = 'running')
 """,
+    returns_rows=False,
 )
+
+
+def lease_delete_orphans(*, staleness_seconds: float) -> Query[int]:
+    return Query(LEASE_DELETE_ORPHANS, {"staleness_seconds": staleness_seconds}, query.rowcount)

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from awa_django.channels import channel_sql
-from awa_django.snapshot import RETURNING_COLUMNS as COLS
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage import query
+from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
-
-_J_COLS = ", ".join("j." + c for c in COLS.split(", "))
+from awa_django.storage.sql.fragments import (
+    J_JOB_COLUMNS,
+    append_error,
+    backoff,
+    error_entry,
+    notify_cancel,
+)
 
 # Params: limit. Index: awa_jobs_promote_idx (run_at) WHERE state IN (scheduled, retryable).
 # Trap: the states are literals, not parameters, so the partial index always matches
 # (a parameterised state made Awa's promotion ~100x slower). Returns the distinct queues
 # with counts, and wakes each queue's dispatchers once.
-job_promote_due = Statement(
+JOB_PROMOTE_DUE = Statement(
     "job_promote_due",
     f"""
 WITH due AS (
@@ -31,60 +38,88 @@ FROM promoted GROUP BY queue
 """,
 )
 
+
+def job_promote_due(*, limit: int) -> Query[int]:
+    """How many jobs became available (at most `limit`)."""
+    return Query(JOB_PROMOTE_DUE, {"limit": limit}, _promoted)
+
+
+def _promoted(rows: query.Rows, count: int) -> int:
+    return sum(row[1] for row in rows)  # one row per queue
+
+
+# What every rescue does to the job it takes back: an attempt that was the job's last one
+# ends `failed` (attempts are a hard bound, decision 009); any other retries with backoff
+# (decision 002). The callback and any unread resume payload go with the attempt.
+_RESCUE_SET = f"""
+    state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,
+    finalized_at = now(), callback_id = NULL, callback_timeout_at = NULL,
+    callback_result = NULL,
+    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
+                  ELSE now() + make_interval(secs => {backoff("j.attempt")}) END,
+    errors = {
+    append_error(
+        "j.errors",
+        error_entry("%(message)s::text", "j.attempt", terminal="j.attempt >= j.max_attempts"),
+    )
+}"""
+
 # Stale-heartbeat and deadline rescue share one shape. Params: limit, message, and
 # staleness_seconds (heartbeat only). Index: awa_leases_heartbeat_idx /
 # awa_leases_deadline_idx on the small lease table, then the job's primary key.
 # Lock order: the job row first (FOR UPDATE OF j), then its lease — the order every other
 # writer (completer, outcomes, cancel, callback resolution) uses, so rescue cannot
 # deadlock with them. Guard: the job must still be running under that very lease.
-# Rescue never fails a job; it applies backoff (decision 002). The awa_cancel hint lets
-# the attempt's own worker, if alive, set its is_cancelled() flag.
-_RESCUE = """
+# The cancel hint lets the attempt's own worker, if alive, set its is_cancelled() flag.
+_RESCUE = f"""
 WITH stale AS (
     SELECT j.id, j.run_lease
     FROM awa_active_leases l
     JOIN awa_jobs_hot j ON j.id = l.job_id AND j.run_lease = l.run_lease
-    WHERE {condition} AND j.state = 'running'
+    WHERE {{condition}} AND j.state = 'running'
     ORDER BY l.job_id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ), rescued AS (
     UPDATE awa_jobs_hot j
-    SET state = 'retryable', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL,
-        run_at = now() + make_interval(
-            secs => least(power(2, j.attempt) * (1 + random() * 0.25), 86400)),
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
-            'error', %(message)s::text, 'attempt', j.attempt, 'at', now()))
+    SET {_RESCUE_SET}
     FROM stale s
     WHERE j.id = s.id AND j.run_lease = s.run_lease AND j.state = 'running'
-    RETURNING {cols}
+    RETURNING {J_JOB_COLUMNS}
 ), released AS (
     DELETE FROM awa_active_leases l USING rescued r
     WHERE l.job_id = r.id AND l.run_lease = r.run_lease
 )
-SELECT {plain}, pg_notify('awa_cancel', json_build_object('job_id', id,
-                                                          'run_lease', run_lease)::text)::text
-FROM rescued
+SELECT *, {notify_cancel("id", "run_lease")} FROM rescued
 """
 
-job_rescue_stale_heartbeat = Statement(
+JOB_RESCUE_STALE_HEARTBEAT = Statement(
     "job_rescue_stale_heartbeat",
     _RESCUE.format(
-        condition="l.heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s::float8)",
-        cols=_J_COLS,
-        plain=COLS,
+        condition="l.heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s::float8)"
     ),
 )
 
-job_rescue_deadline = Statement(
-    "job_rescue_deadline",
-    _RESCUE.format(condition="l.deadline_at < now()", cols=_J_COLS, plain=COLS),
+
+def job_rescue_stale_heartbeat(
+    *, limit: int, staleness_seconds: float, message: str
+) -> Query[list[JobSnapshot]]:
+    params = {"limit": limit, "staleness_seconds": staleness_seconds, "message": message}
+    return Query(JOB_RESCUE_STALE_HEARTBEAT, params, query.jobs)
+
+
+JOB_RESCUE_DEADLINE = Statement(
+    "job_rescue_deadline", _RESCUE.format(condition="l.deadline_at < now()")
 )
 
-# Params: limit. Index: awa_jobs_cb_timeout_idx (callback_timeout_at) WHERE
+
+def job_rescue_deadline(*, limit: int, message: str) -> Query[list[JobSnapshot]]:
+    return Query(JOB_RESCUE_DEADLINE, {"limit": limit, "message": message}, query.jobs)
+
+
+# Params: limit, message. Index: awa_jobs_cb_timeout_idx (callback_timeout_at) WHERE
 # state='waiting_external'. Exhausted jobs fail in place, others retry with backoff (T16).
-job_rescue_expired_callback = Statement(
+JOB_RESCUE_EXPIRED_CALLBACK = Statement(
     "job_rescue_expired_callback",
     f"""
 WITH expired AS (
@@ -95,24 +130,21 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), rescued AS (
     UPDATE awa_jobs_hot j
-    SET state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,
-        finalized_at = now(), callback_id = NULL, callback_timeout_at = NULL,
-        run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                      ELSE now() + make_interval(
-                          secs => least(power(2, j.attempt) * (1 + random() * 0.25), 86400))
-                 END,
-        errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-            'error', 'callback timed out', 'attempt', j.attempt, 'at', now(),
-            'terminal', CASE WHEN j.attempt >= j.max_attempts THEN true END)))
+    SET {_RESCUE_SET}
     FROM expired e
     WHERE j.id = e.id AND j.state = 'waiting_external'
-    RETURNING {_J_COLS}
+    RETURNING {J_JOB_COLUMNS}
 ), released AS (
     DELETE FROM awa_active_leases l USING rescued r WHERE l.job_id = r.id
 )
-SELECT {COLS} FROM rescued
+SELECT * FROM rescued
 """,
 )
+
+
+def job_rescue_expired_callback(*, limit: int, message: str) -> Query[list[JobSnapshot]]:
+    return Query(JOB_RESCUE_EXPIRED_CALLBACK, {"limit": limit, "message": message}, query.jobs)
+
 
 # Params: completed_seconds, failed_seconds, limit. Index: awa_jobs_finalized_idx
 # (finalized_at) WHERE state IN terminal. Trap: the retention differs per state, so one
@@ -120,7 +152,7 @@ SELECT {COLS} FROM rescued
 # index condition: the planner then reads every terminal row (a full scan per prune on a
 # table that is mostly terminal rows). One branch per retention keeps each bound a plain
 # index range. Small batches keep each delete short.
-job_prune_terminal = Statement(
+JOB_PRUNE_TERMINAL = Statement(
     "job_prune_terminal",
     """
 WITH old_completed AS (
@@ -141,12 +173,26 @@ WITH old_completed AS (
 )
 DELETE FROM awa_jobs_hot j USING doomed d WHERE j.id = d.id
 """,
+    returns_rows=False,
 )
+
+
+def job_prune_terminal(
+    *, completed_seconds: float, failed_seconds: float, limit: int
+) -> Query[int]:
+    """How many terminal rows were deleted."""
+    params = {
+        "completed_seconds": completed_seconds,
+        "failed_seconds": failed_seconds,
+        "limit": limit,
+    }
+    return Query(JOB_PRUNE_TERMINAL, params, query.rowcount)
+
 
 # Params: name, holder, ttl_seconds. Takes leadership when it is free or expired, or renews
 # it when this holder has it; returns a row only when `holder` leads afterwards. The expiry
 # is on the database clock, so worker clocks never matter.
-leader_acquire_or_renew = Statement(
+LEADER_ACQUIRE_OR_RENEW = Statement(
     "leader_acquire_or_renew",
     """
 INSERT INTO awa_leader_lease (name, holder, acquired_at, expires_at)
@@ -160,8 +206,20 @@ RETURNING holder, expires_at
 """,
 )
 
+
+def leader_acquire_or_renew(*, name: str, holder: str, ttl_seconds: float) -> Query[bool]:
+    """True when `holder` leads afterwards."""
+    params = {"name": name, "holder": holder, "ttl_seconds": ttl_seconds}
+    return Query(LEADER_ACQUIRE_OR_RENEW, params, query.matched)
+
+
 # Params: name, holder. Gives leadership up at shutdown so a peer takes over at once.
-leader_release = Statement(
+LEADER_RELEASE = Statement(
     "leader_release",
     "DELETE FROM awa_leader_lease WHERE name = %(name)s AND holder = %(holder)s",
+    returns_rows=False,
 )
+
+
+def leader_release(*, name: str, holder: str) -> Query[int]:
+    return Query(LEADER_RELEASE, {"name": name, "holder": holder}, query.rowcount)

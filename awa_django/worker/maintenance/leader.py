@@ -30,14 +30,14 @@ class LeaderElector:
         """Take or renew the lease; True while this process leads."""
         asked_at = time.monotonic()
         try:
-            rows = await self.db.rows(
-                maintenance_sql.leader_acquire_or_renew,
-                {"name": LEASE_NAME, "holder": self.holder, "ttl_seconds": self.ttl},
+            leading = await self.db.run(
+                maintenance_sql.leader_acquire_or_renew(
+                    name=LEASE_NAME, holder=self.holder, ttl_seconds=self.ttl
+                )
             )
         except TRANSIENT_ERRORS as exc:
-            rows = []
+            leading = False
             logger.warning("leader election failed: %s", exc)
-        leading = bool(rows)
         if leading != self.is_leader:
             logger.info("%s maintenance leadership", "took" if leading else "lost")
         self.is_leader = leading
@@ -51,8 +51,8 @@ class LeaderElector:
     async def release(self) -> None:
         if self.is_leader:
             try:
-                await self.db.rows(
-                    maintenance_sql.leader_release, {"name": LEASE_NAME, "holder": self.holder}
+                await self.db.run(
+                    maintenance_sql.leader_release(name=LEASE_NAME, holder=self.holder)
                 )
             except TRANSIENT_ERRORS as exc:
                 logger.warning("could not release leadership (%s); it expires by itself", exc)

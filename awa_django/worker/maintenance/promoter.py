@@ -18,8 +18,7 @@ class Promoter:
     async def run_once(self) -> int:
         total = 0
         for _ in range(MAX_BATCHES):
-            rows = await self.db.rows(maintenance_sql.job_promote_due, {"limit": BATCH})
-            promoted = sum(count for _, count, _ in rows)
+            promoted = await self.db.run(maintenance_sql.job_promote_due(limit=BATCH))
             total += promoted
             if promoted < BATCH:
                 break

@@ -15,22 +15,18 @@ FORGET_WORKERS_AFTER = 3600.0
 class Pruner:
     def __init__(self, db: Database, completed_retention: float, failed_retention: float) -> None:
         self.db = db
-        self.params = {
-            "completed_seconds": completed_retention,
-            "failed_seconds": failed_retention,
-            "limit": BATCH,
-        }
+        self.prune = maintenance_sql.job_prune_terminal(
+            completed_seconds=completed_retention, failed_seconds=failed_retention, limit=BATCH
+        )
 
     async def run_once(self) -> int:
         total = 0
         for _ in range(MAX_BATCHES):
-            async with self.db.pool.connection() as conn:
-                cursor = await conn.execute(maintenance_sql.job_prune_terminal.sql, self.params)
-                deleted = cursor.rowcount
+            deleted = await self.db.run(self.prune)
             total += deleted
             if deleted < BATCH:
                 break
-        await self.db.rows(
-            workers_sql.worker_instance_prune, {"older_than_seconds": FORGET_WORKERS_AFTER}
+        await self.db.run(
+            workers_sql.worker_instance_prune(older_than_seconds=FORGET_WORKERS_AFTER)
         )
         return total

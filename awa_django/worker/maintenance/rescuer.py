@@ -1,13 +1,15 @@
 """Rescues attempts whose heartbeat went stale or whose deadline passed, and parked jobs
-whose callback timed out; emits `Rescued` for each in this (the leader's) process."""
+whose callback timed out; emits `Rescued` for each in this (the leader's) process, then
+`Exhausted` for a job whose last attempt it was (attempts are a hard bound, decision 009)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
-from awa_django.events import Rescued
+from awa_django.events import Event, Exhausted, Rescued
 from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState
 from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.worker.database import Database
@@ -21,7 +23,7 @@ EXPIRED_CALLBACK = "expired_callback"
 
 
 class Rescuer:
-    def __init__(self, db: Database, staleness: float, emit: Callable[[Rescued], None]) -> None:
+    def __init__(self, db: Database, staleness: float, emit: Callable[[Event], None]) -> None:
         self.db = db
         self.staleness = staleness
         self.emit = emit
@@ -35,24 +37,27 @@ class Rescuer:
         for reason, row in rescued:
             logger.warning("rescued job %s (%s): %s", row.id, row.kind, reason)
             self.emit(Rescued(job=row, reason=reason))
-        await self.db.rows(leases_sql.lease_delete_orphans, {"staleness_seconds": self.staleness})
+            if row.state == JobState.FAILED:
+                error = row.errors[-1]["error"] if row.errors else reason
+                self.emit(Exhausted(job=row, error=error, attempt=row.attempt))
+        await self.db.run(leases_sql.lease_delete_orphans(staleness_seconds=self.staleness))
         return rescued
 
     async def _stale_heartbeats(self) -> list[JobSnapshot]:
-        return await self.db.jobs(
-            maintenance_sql.job_rescue_stale_heartbeat,
-            {
-                "limit": BATCH,
-                "staleness_seconds": self.staleness,
-                "message": "heartbeat stale: worker presumed dead",
-            },
+        return await self.db.run(
+            maintenance_sql.job_rescue_stale_heartbeat(
+                limit=BATCH,
+                staleness_seconds=self.staleness,
+                message="heartbeat stale: worker presumed dead",
+            )
         )
 
     async def _passed_deadlines(self) -> list[JobSnapshot]:
-        return await self.db.jobs(
-            maintenance_sql.job_rescue_deadline,
-            {"limit": BATCH, "message": "hard deadline exceeded"},
+        return await self.db.run(
+            maintenance_sql.job_rescue_deadline(limit=BATCH, message="hard deadline exceeded")
         )
 
     async def _expired_callbacks(self) -> list[JobSnapshot]:
-        return await self.db.jobs(maintenance_sql.job_rescue_expired_callback, {"limit": BATCH})
+        return await self.db.run(
+            maintenance_sql.job_rescue_expired_callback(limit=BATCH, message="callback timed out")
+        )

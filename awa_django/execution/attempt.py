@@ -1,0 +1,211 @@
+"""One attempt of one job, written once for both schedulers (DESIGN §4, §5; STYLE §16, §17).
+
+    claim → load the handler → run it (the scheduler's part) → plan the outcome (pure,
+    `outcomes.py`) → write it guarded by run_lease → the events to dispatch after commit
+
+Every database step of an attempt is a generator of `Step`s: it yields what it needs
+written or read (a `Query`, or a `Completion` for the batch) and receives the answer. The
+worker drives these generators on its event loop with its pool and batched completer
+(`adrive`), the inline runner drives them synchronously on Django's connection (`drive`).
+So the two differ only in how they schedule and execute, never in what they write.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from awa_django.codec import decode_args, dumps
+from awa_django.conf import QueueConfig
+from awa_django.events import Completed, Event, Started
+from awa_django.exceptions import AwaError, StaleAttempt, UnknownJobKind
+from awa_django.execution.context import JobContext
+from awa_django.execution.outcomes import (
+    Transition,
+    after_refused_park,
+    event_for,
+    plan,
+    plan_failure,
+)
+from awa_django.registry import JobDefinition, registry
+from awa_django.results import CallbackToken
+from awa_django.snapshot import JobSnapshot
+from awa_django.storage.query import Query
+from awa_django.storage.sql import jobs as jobs_sql
+
+logger = logging.getLogger("awa_django.worker")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A plain completion: the worker batches these, the inline runner writes it alone.
+    The answer is the committed row, or None when the outcome is stale."""
+
+    row: JobSnapshot
+    result_json: str | None
+
+    def query(self) -> Query[list[JobSnapshot]]:
+        return jobs_sql.job_complete_many(
+            ids=[self.row.id], leases=[self.row.run_lease], results=[self.result_json]
+        )
+
+
+Step = Query[Any] | Completion
+Steps = Generator[Step, Any, T]
+
+
+# -- claim and start ----------------------------------------------------------------------
+def claim(queue: QueueConfig, limit: int, worker_id: str) -> Query[list[JobSnapshot]]:
+    """The claim of up to `limit` jobs of `queue` for `worker_id`, with the queue's
+    deadline on each lease."""
+    return jobs_sql.job_claim_many(
+        queue=queue.name, limit=limit, worker_id=worker_id, deadline_seconds=queue.deadline
+    )
+
+
+def started(job: JobContext[Any]) -> Started:
+    """The event a committed claim announces (dispatched before the handler runs)."""
+    return Started(job=job.row)
+
+
+def load_handler(job: JobContext[Any]) -> JobDefinition:
+    """The handler for `job`'s kind, with `job.args` decoded into its args type.
+    Raises UnknownJobKind / InvalidJobArgs, which fail the job terminally."""
+    definition = registry.job(job.kind)
+    if definition is None:
+        raise UnknownJobKind(f"unknown job kind: {job.kind}")
+    job.args = decode_args(definition.args_type, job.row.args)
+    return definition
+
+
+# -- outcome ------------------------------------------------------------------------------
+def outcome_of_result(job: JobContext[Any], result: Any) -> Transition | None:
+    """What a handler that returned `result` asks for (None: a plain completion)."""
+    return plan(job.row, result)
+
+
+def outcome_of_error(job: JobContext[Any], error: BaseException) -> Transition:
+    """What a handler that raised `error` (or could not be loaded) asks for."""
+    logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, error)
+    return plan_failure(job.row, error)
+
+
+def finish(
+    job: JobContext[Any], transition: Transition | None, seconds: float, max_result_bytes: int
+) -> Steps[list[Event]]:
+    """Write the attempt's outcome, guarded by its run_lease; the events to dispatch once
+    it committed (none when the outcome was stale)."""
+    if transition is None:
+        try:
+            completion = Completion(job.row, result_as_json(job, max_result_bytes))
+        except AwaError as exc:  # a result that cannot be stored fails the job instead
+            transition = plan_failure(job.row, exc)
+        else:
+            applied = yield completion
+            if applied is None:
+                return _stale(job)
+            return [Completed(job=applied, duration=timedelta(seconds=seconds))]
+    return (yield from _transition(job, transition))
+
+
+def _transition(job: JobContext[Any], transition: Transition) -> Steps[list[Event]]:
+    row = yield _set_state(job, transition)
+    if row is not None:
+        return [event_for(transition, row)] if transition.event is not None else []
+    if transition.callback_id is None:
+        return _stale(job)
+    # The park matched nothing: either the callback was resolved before the park landed
+    # (stale), or the handler returned a token that is not the job's current callback.
+    current = yield jobs_sql.job_get(id=job.id)
+    violation = after_refused_park(job.row, current)
+    if violation is None:
+        return _stale(job)
+    return (yield from _transition(job, violation))
+
+
+def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:
+    return jobs_sql.job_set_state_if_running(
+        id=job.id,
+        run_lease=job.run_lease,
+        state=t.state,
+        run_at_mode=t.run_at_mode,
+        delay_seconds=t.delay_seconds,
+        attempt_refund=t.attempt_refund,
+        finalize=t.finalize,
+        error=t.error,
+        error_type=t.error_type,
+        terminal=t.terminal,
+        progress=job.progress_json(),
+        callback_id=t.callback_id,
+    )
+
+
+def _stale(job: JobContext[Any]) -> list[Event]:
+    logger.info(
+        "outcome of job %s (run_lease %s) is stale: it was rescued, cancelled or "
+        "resolved meanwhile; ignored",
+        job.id,
+        job.run_lease,
+    )
+    return []
+
+
+def result_as_json(job: JobContext[Any], limit: int) -> str | None:
+    """`job.result` as JSON for the `result` column (None when the handler set none)."""
+    if job.result is None:
+        return None
+    return dumps(job.result, what=f"result of job {job.id}", limit=limit)
+
+
+# -- what a running handler asks of its row -----------------------------------------------
+def register_callback(job: JobContext[Any], timeout: float) -> Steps[CallbackToken]:
+    """Register a fresh callback for this attempt; StaleAttempt if it lost the job."""
+    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(
+            f"callback timeout must be a finite number of seconds >= 0, got {timeout!r}"
+        )
+    token = yield jobs_sql.job_register_callback(
+        id=job.id, run_lease=job.run_lease, callback_id=uuid.uuid4(), timeout_seconds=timeout
+    )
+    if token is None:
+        raise StaleAttempt(f"job {job.id} is no longer running under this attempt")
+    return CallbackToken(id=token[0], timeout_at=token[1])
+
+
+def flush_progress(job: JobContext[Any]) -> Steps[None]:
+    """Write the buffered progress now, if it changed since the last flush."""
+    progress = job.take_progress()
+    if progress is not None:
+        yield jobs_sql.job_progress_flush(
+            id=job.id, run_lease=job.run_lease, progress=dumps(progress, what="progress")
+        )
+
+
+# -- drivers ------------------------------------------------------------------------------
+def drive(steps: Steps[T], execute: Callable[[Step], Any]) -> T:
+    """Run `steps` to the end, executing each step synchronously."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(execute(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def adrive(steps: Steps[T], execute: Callable[[Step], Awaitable[Any]]) -> T:
+    """Run `steps` to the end, awaiting each step."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await execute(step))
+    except StopIteration as done:
+        result: T = done.value
+        return result
