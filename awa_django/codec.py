@@ -42,9 +42,24 @@ def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
 def _checked(text: str, what: str, limit: int | None) -> str:
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
+    if "\\ud" in text:
+        _reject_lone_surrogates(text, what)
     if limit is not None and len(text) > limit:
         raise PayloadTooLarge(f"{what} is {len(text)} bytes of JSON; the limit is {limit}")
     return text
+
+
+def _reject_lone_surrogates(text: str, what: str) -> None:
+    """json.dumps escapes every surrogate as \\udXXX: a pair is one character (an emoji),
+    a lone one is text that UTF-8, and so PostgreSQL, cannot hold. Only JSON that contains
+    such an escape gets here, so the common path costs one substring test."""
+    try:
+        json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise SerializationError(
+            f"{what} contains a lone surrogate (half of a UTF-16 pair), which PostgreSQL "
+            "cannot store; decode the text it came from with errors='replace'"
+        ) from None
 
 
 def encode_args_json(args: Any, *, what: str, limit: int | None = None) -> str:

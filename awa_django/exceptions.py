@@ -55,6 +55,10 @@ class InvalidSignature(AwaError):
     window."""
 
 
+class OutcomeNotStored(AwaError):
+    """The database refused to store this attempt's outcome (a value it cannot hold)."""
+
+
 class DatabaseUnavailable(AwaError):
     """The database could not be reached."""
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from awa_django.codec import decode_args, dumps
 from awa_django.conf import QueueConfig
 from awa_django.events import Completed, Event, Started
-from awa_django.exceptions import AwaError, StaleAttempt, UnknownJobKind
+from awa_django.exceptions import AwaError, OutcomeNotStored, StaleAttempt, UnknownJobKind
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import (
     Transition,
@@ -31,6 +31,7 @@ from awa_django.execution.outcomes import (
     event_for,
     plan,
     plan_failure,
+    unstorable,
 )
 from awa_django.registry import JobDefinition, registry
 from awa_django.results import CallbackToken
@@ -105,10 +106,11 @@ def finish(
     if transition is None:
         try:
             completion = Completion(job.row, result_as_json(job, max_result_bytes))
-        except AwaError as exc:  # a result that cannot be stored fails the job instead
-            transition = plan_failure(job.row, exc)
-        else:
             applied = yield completion
+        except AwaError as exc:  # the codec or the database refused the result
+            # The same value would be refused on every retry: the job fails for good.
+            transition = unstorable(exc)
+        else:
             if applied is None:
                 return _stale(job)
             return [Completed(job=applied, duration=timedelta(seconds=seconds))]
@@ -116,7 +118,13 @@ def finish(
 
 
 def _transition(job: JobContext[Any], transition: Transition) -> Steps[list[Event]]:
-    row = yield _set_state(job, transition)
+    try:
+        row = yield _set_state(job, transition)
+    except OutcomeNotStored as exc:
+        if transition.error_type == _NOT_STORED:
+            raise  # even the bare failure was refused: rescue ends the attempt
+        logger.warning("job %s: the database refused its outcome: %s", job.id, exc)
+        return (yield from _transition(job, unstorable(exc)))
     if row is not None:
         return [event_for(transition, row)] if transition.event is not None else []
     if transition.callback_id is None:
@@ -128,6 +136,9 @@ def _transition(job: JobContext[Any], transition: Transition) -> Steps[list[Even
     if violation is None:
         return _stale(job)
     return (yield from _transition(job, violation))
+
+
+_NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
 
 
 def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:
@@ -142,7 +153,7 @@ def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]
         error=t.error,
         error_type=t.error_type,
         terminal=t.terminal,
-        progress=job.progress_json(),
+        progress=None if t.error_type == _NOT_STORED else job.progress_json(),
         callback_id=t.callback_id,
     )
 
@@ -190,22 +201,33 @@ def flush_progress(job: JobContext[Any]) -> Steps[None]:
 
 # -- drivers ------------------------------------------------------------------------------
 def drive(steps: Steps[T], execute: Callable[[Step], Any]) -> T:
-    """Run `steps` to the end, executing each step synchronously."""
+    """Run `steps` to the end, executing each step synchronously. A step's
+    `OutcomeNotStored` is thrown back into the steps, which decide what follows."""
     try:
         step = next(steps)
         while True:
-            step = steps.send(execute(step))
+            try:
+                answer = execute(step)
+            except OutcomeNotStored as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(answer)
     except StopIteration as done:
         result: T = done.value
         return result
 
 
 async def adrive(steps: Steps[T], execute: Callable[[Step], Awaitable[Any]]) -> T:
-    """Run `steps` to the end, awaiting each step."""
+    """`drive` for a scheduler whose steps are awaited."""
     try:
         step = next(steps)
         while True:
-            step = steps.send(await execute(step))
+            try:
+                answer = await execute(step)
+            except OutcomeNotStored as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(answer)
     except StopIteration as done:
         result: T = done.value
         return result

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DataError, IntegrityError, connections, transaction
 from psycopg.pq import TransactionStatus
 
 from awa_django.conf import awa_settings
 from awa_django.events import Event
-from awa_django.exceptions import AwaError
+from awa_django.exceptions import AwaError, OutcomeNotStored
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
@@ -125,10 +126,18 @@ class InlineRunner:
         return result
 
     def _execute_step(self, step: attempt.Step) -> Any:
+        query = step.query() if isinstance(step, attempt.Completion) else step
+        # Inside the caller's transaction, a savepoint keeps it usable after a refused
+        # write; in autocommit a refused statement leaves nothing to repair.
+        in_transaction = connections[self.using].in_atomic_block
+        try:
+            with transaction.atomic(using=self.using) if in_transaction else nullcontext():
+                answer = query.run(self.using)
+        except (DataError, IntegrityError) as exc:
+            raise OutcomeNotStored(str(exc).strip()) from exc
         if isinstance(step, attempt.Completion):
-            applied = step.query().run(self.using)
-            return applied[0] if applied else None
-        return step.run(self.using)
+            return answer[0] if answer else None
+        return answer
 
     def _emit(self, events: list[Event]) -> None:
         """Dispatch once the caller's outermost transaction commits (at once in autocommit).

@@ -143,6 +143,18 @@ def contract_violation(current_callback: uuid.UUID | None) -> Transition:
     return Transition(JobState.FAILED, Exhausted, error=error, terminal=True)
 
 
+def unstorable(error: BaseException) -> Transition:
+    """The job fails for good when the database refuses its outcome: the same values
+    would be refused on every retry. Progress is not written (it may be the culprit)."""
+    return Transition(
+        JobState.FAILED,
+        Exhausted,
+        error=storable_text(f"the outcome of this attempt could not be stored: {error}"),
+        error_type=exception_path(error),
+        terminal=True,
+    )
+
+
 def exception_path(error: BaseException) -> str:
     """The class path stored as an error entry's `type`: `builtins.ValueError`,
     `shop.jobs.PaymentDeclined`."""

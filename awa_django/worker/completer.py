@@ -1,7 +1,9 @@
 """Batches `Completed` outcomes into one guarded statement (DESIGN §4 completer).
 
 Completions queue up while a flush is in flight, so the batch grows with the load without
-a timer. RETURNING tells each attempt whether its completion applied or was stale.
+a timer. RETURNING tells each attempt whether its completion applied or was stale. A
+batch the database refuses is retried row by row, so one value it cannot store fails only
+its own attempt (`OutcomeNotStored`), never its neighbours (DESIGN §5, per-job isolation).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+import psycopg
+
+from awa_django.exceptions import OutcomeNotStored
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import Database, retry_transient
@@ -55,28 +60,49 @@ class Completer:
         if not batch:
             return 0
         batch.sort(key=lambda item: item[0].id)  # one lock order for every writer
+        return await self._complete(batch)
+
+    async def _complete(self, batch: list[Pending]) -> int:
+        try:
+            applied = await self._flush(batch)
+        except psycopg.Error as exc:  # not an outage: retry_transient waits those out
+            if len(batch) == 1:
+                _settle(batch, error=OutcomeNotStored(str(exc).strip()))
+                return 0
+            logger.warning("a completion batch was refused (%s); retrying row by row", exc)
+            return sum([await self._complete([item]) for item in batch])
+        except Exception as exc:
+            _settle(batch, error=exc)
+            raise
+        _settle(batch, applied=applied)
+        return len(applied)
+
+    async def _flush(self, batch: list[Pending]) -> dict[int, JobSnapshot]:
         query = jobs_sql.job_complete_many(
             ids=[row.id for row, _, _ in batch],
             leases=[row.run_lease for row, _, _ in batch],
             results=[result for _, result, _ in batch],
         )
-        try:
-            rows = await retry_transient(
-                lambda: self.db.run(query),
-                f"completing {len(batch)} jobs",
-                self.forced,
-            )
-        except Exception as exc:
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            raise
-        applied = {row.id: row for row in rows or ()}
-        for row, _, future in batch:
-            if not future.done():
-                future.set_result(applied.get(row.id))
-        return len(applied)
+        rows = await retry_transient(
+            lambda: self.db.run(query), f"completing {len(batch)} jobs", self.forced
+        )
+        return {row.id: row for row in rows or ()}
 
     def pending(self) -> int:
         """Completions queued and not yet taken by a flush."""
         return len(self._pending)
+
+
+def _settle(
+    batch: list[Pending],
+    applied: dict[int, JobSnapshot] | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """Tell each attempt of `batch` its committed row (None: stale), or the error."""
+    for row, _, future in batch:
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result((applied or {}).get(row.id))

@@ -16,10 +16,11 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import psycopg
 from django.db import close_old_connections
 
 from awa_django.events import Event
-from awa_django.exceptions import StaleAttempt
+from awa_django.exceptions import OutcomeNotStored, StaleAttempt
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
@@ -103,9 +104,12 @@ class Executor:
             return applied
         # A database outage is waited out; a forced shutdown gives up (None: the outcome
         # is then treated as stale, and rescue runs the attempt again).
-        return await retry_transient(
-            lambda: self.db.run(step), f"running {step.statement} for an attempt", self.forced
-        )
+        try:
+            return await retry_transient(
+                lambda: self.db.run(step), f"running {step.statement} for an attempt", self.forced
+            )
+        except (psycopg.DataError, psycopg.IntegrityError) as exc:
+            raise OutcomeNotStored(str(exc).strip()) from exc
 
     def emit(self, event: Event) -> None:
         """Hand a committed event to the hook queue: hooks never hold a slot, block

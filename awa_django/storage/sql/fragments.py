@@ -44,7 +44,25 @@ def error_entry(error: str, attempt: str, *, terminal: str = "NULL", kind: str =
     )
 
 
+# `errors` keeps at most this many entries: the first (how it started), a marker counting
+# the ones dropped, and the most recent. A job retried for weeks stays one small row.
+ERRORS_KEPT = 20
+_RECENT = ERRORS_KEPT - 3  # besides the first, the marker and the entry being appended
+
+
 def append_error(errors: str, entry: str) -> str:
-    """`errors` with `entry` (an `error_entry`) appended: every writer of an error entry
-    goes through here, so the bound on the list is kept in one place."""
-    return f"{errors} || {entry}"
+    """`errors` with `entry` (an `error_entry`) appended, capped at ERRORS_KEPT: every
+    writer of an error entry goes through here, so the bound is kept in one place."""
+    return f"""CASE WHEN jsonb_array_length({errors}) < {ERRORS_KEPT} THEN {errors} || {entry}
+    ELSE jsonb_build_array({errors} -> 0) || (
+        SELECT jsonb_build_array(jsonb_build_object(
+                   'error', format('%%s earlier error entries omitted', s.n), 'omitted', s.n))
+               || s.recent
+        FROM (SELECT coalesce(({errors} -> 1 ->> 'omitted')::int, 0)
+                     + count(*) FILTER (WHERE t.i <= jsonb_array_length({errors}) - {_RECENT})
+                     AS n,
+                     coalesce(jsonb_agg(t.x ORDER BY t.i) FILTER (
+                         WHERE t.i > jsonb_array_length({errors}) - {_RECENT}), '[]') AS recent
+              FROM jsonb_array_elements({errors}) WITH ORDINALITY t(x, i)
+              WHERE t.i > CASE WHEN {errors} -> 1 ? 'omitted' THEN 2 ELSE 1 END) s
+    ) || {entry} END"""
