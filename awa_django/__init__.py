@@ -82,7 +82,7 @@ __all__ = [
     "sign_callback_request",
 ]
 
-# Names of the 0.1 API, kept importable for one release (docs/decisions/007-vocabulary.md).
+# Names of the 0.1 API, importable for one more release (decisions/007-layout-and-vocabulary).
 _RENAMED = {"Job": ("JobContext", JobContext), "JobRow": ("JobSnapshot", JobSnapshot)}
 
 

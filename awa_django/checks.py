@@ -1,4 +1,5 @@
-"""System checks for configuration mistakes (DESIGN §8)."""
+"""System checks for configuration mistakes (DESIGN §8), and deploy checks
+(`manage.py check --deploy`) for settings only fit for development."""
 
 from __future__ import annotations
 
@@ -54,25 +55,87 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return problems
 
 
+# Secrets published in this project's example settings and docs: anyone can read them, so
+# a deployment that kept one accepts requests that anyone can sign.
+EXAMPLE_CALLBACK_SECRETS = frozenset(
+    {
+        "awa-django-demo-callback-secret-do-not-deploy",  # testproject/settings.py default
+        "dev-callback-secret-change-me",  # its earlier default
+    }
+)
+MIN_CALLBACK_SECRET_BYTES = 32
+
+
 @checks.register(checks.Tags.security)
 def check_callback_secret(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     try:
         awa = load_settings()
     except ImproperlyConfigured:
         return []  # awa.E003 reports it
-    if awa.callback_secret or awa.callback_allow_unsigned:
-        return []
-    return [
-        checks.Error(
-            'AWA["CALLBACK_SECRET"] is not set, so signed callback requests cannot be '
-            "verified and the callback views refuse every request.",
-            hint='Set AWA["CALLBACK_SECRET"] to a long random string, e.g. the output of '
-            '`python -c "import secrets; print(secrets.token_hex(32))"` read from the '
-            'environment; for local development only, set AWA["CALLBACK_ALLOW_UNSIGNED"] '
-            "= True to accept unsigned requests.",
-            id="awa.E010",
+    problems = [] if awa.callback_secrets or awa.callback_allow_unsigned else [_no_secret()]
+    if awa.callback_allow_unsigned and not settings.DEBUG:
+        problems.append(
+            checks.Error(
+                'AWA["CALLBACK_ALLOW_UNSIGNED"] is True while DEBUG is False: a production '
+                "site would accept unsigned callback requests as soon as its secret is unset.",
+                hint="Remove CALLBACK_ALLOW_UNSIGNED (it is for local development only) and set "
+                'AWA["CALLBACK_SECRET"] from the environment.',
+                id="awa.E011",
+            )
         )
+    return problems
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_callback_secret_strength(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """`check --deploy`: every configured secret is long and not one published as an
+    example (a rotation list is checked whole: an old key still verifies requests)."""
+    try:
+        awa = load_settings()
+    except ImproperlyConfigured:
+        return []  # awa.E003 reports it
+    return [
+        problem
+        for position, secret in enumerate(awa.callback_secrets)
+        if (problem := _weak_secret(position, secret)) is not None
     ]
+
+
+def _weak_secret(position: int, secret: str) -> checks.CheckMessage | None:
+    which = f'AWA["CALLBACK_SECRETS"][{position}]' if position else "The callback secret"
+    hint = (
+        'Generate one with `python -c "import secrets; print(secrets.token_hex(32))"` and '
+        "read it from the environment."
+    )
+    if secret in EXAMPLE_CALLBACK_SECRETS:
+        return checks.Warning(
+            f"{which} is an example value published with awa-django; anyone can sign "
+            "callback requests with it.",
+            hint=hint,
+            id="awa.W012",
+        )
+    if len(secret.encode()) < MIN_CALLBACK_SECRET_BYTES:
+        return checks.Warning(
+            f"{which} is shorter than {MIN_CALLBACK_SECRET_BYTES} bytes: short enough to "
+            "guess offline from a single signed request.",
+            hint=hint,
+            id="awa.W011",
+        )
+    return None
+
+
+def _no_secret() -> checks.CheckMessage:
+    return checks.Error(
+        'AWA["CALLBACK_SECRET"] is not set, so signed callback requests cannot be '
+        "verified and the callback views refuse every request.",
+        hint='Set AWA["CALLBACK_SECRET"] to a long random string, e.g. the output of '
+        '`python -c "import secrets; print(secrets.token_hex(32))"` read from the '
+        'environment; for local development only, set AWA["CALLBACK_ALLOW_UNSIGNED"] '
+        "= True to accept unsigned requests.",
+        id="awa.E010",
+    )
 
 
 @checks.register()

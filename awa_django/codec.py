@@ -14,6 +14,15 @@ from awa_django.exceptions import InvalidJobArgs, PayloadTooLarge, Serialization
 # A NUL character in a JSON string is the escape \u0000 preceded by an even number of
 # backslashes; after an odd number it is the literal text "\u0000", which jsonb accepts.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# json.dumps escapes every non-ASCII character, so a surrogate appears as \udXXX. A high
+# one followed by a low one is a pair (one astral character, stored fine); any other is
+# lone, and neither UTF-8 nor jsonb can hold it. Pairs are matched first so their halves
+# are never reported alone; group 1 is a lone one.
+_SURROGATE_ESCAPE = re.compile(
+    r"(?<!\\)(?:\\\\)*\\u(?:d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|(d[89a-f][0-9a-f]{2}))"
+)
+# In a Python str any surrogate code point is lone: a decoded pair is one character.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 # One bound for every stored error text (handler exceptions, Cancel reasons, fail_external,
 # rescue messages, admin forms): an entry is written on the hot row once per attempt.
@@ -34,12 +43,14 @@ def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
     """Serialise to compact JSON; SerializationError / PayloadTooLarge on bad input."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
     return _checked(text, what, limit)
 
 
 def _checked(text: str, what: str, limit: int | None) -> str:
+    # The substring tests keep the hot path (enqueue_many) to one scan of the text each;
+    # the regexes run only when an escape of the kind is present at all.
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
     if "\\ud" in text:
@@ -51,15 +62,12 @@ def _checked(text: str, what: str, limit: int | None) -> str:
 
 def _reject_lone_surrogates(text: str, what: str) -> None:
     """json.dumps escapes every surrogate as \\udXXX: a pair is one character (an emoji),
-    a lone one is text that UTF-8, and so PostgreSQL, cannot hold. Only JSON that contains
-    such an escape gets here, so the common path costs one substring test."""
-    try:
-        json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
+    a lone one is text that UTF-8, and so PostgreSQL, cannot hold."""
+    if any(m.group(1) for m in _SURROGATE_ESCAPE.finditer(text)):
         raise SerializationError(
             f"{what} contains a lone surrogate (half of a UTF-16 pair), which PostgreSQL "
             "cannot store; decode the text it came from with errors='replace'"
-        ) from None
+        )
 
 
 def encode_args_json(args: Any, *, what: str, limit: int | None = None) -> str:
@@ -68,7 +76,7 @@ def encode_args_json(args: Any, *, what: str, limit: int | None = None) -> str:
     if isinstance(args, dict) or (dataclasses.is_dataclass(args) and not isinstance(args, type)):
         try:
             text = json.dumps(args, separators=(",", ":"), allow_nan=False, default=_plain)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
         return _checked(text, what, limit)
     return dumps(encode_args(args), what=what, limit=limit)
@@ -141,6 +149,16 @@ def _check_type(owner: str, field: str, hint: Any, value: Any) -> None:
             f"args do not fit {owner}: field {field!r} expects {getattr(hint, '__name__', hint)}, "
             f"got {type(value).__name__} {value!r:.100}"
         )
+
+
+def unstorable_character(text: str) -> str | None:
+    """What in `text` PostgreSQL cannot store as text ("a NUL character", "a lone
+    surrogate"), or None. For values a caller chose: refuse them rather than change them."""
+    if "\x00" in text:
+        return "a NUL character"
+    if _SURROGATE.search(text):
+        return "a lone surrogate"
+    return None
 
 
 def storable_text(text: str, limit: int = MAX_ERROR_BYTES) -> str:

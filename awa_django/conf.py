@@ -6,6 +6,9 @@
         "CALLBACK_SECRET": env("AWA_CALLBACK_SECRET"),
     }
 
+`CALLBACK_SECRETS` (a list) replaces `CALLBACK_SECRET` to rotate the key: requests are
+signed with the first and accepted with any (docs/callbacks.md).
+
 Every duration is in seconds (floats allowed, so tests can use fractions of a second).
 """
 
@@ -55,11 +58,17 @@ class AwaSettings:
     max_args_bytes: int = 256 * 1024
     max_result_bytes: int = 256 * 1024
     sync_threads: int | None = None
-    callback_secret: str | None = None
+    # Newest first: the first signs, any verifies. CALLBACK_SECRET is a one-element list.
+    callback_secrets: tuple[str, ...] = ()
     callback_allow_unsigned: bool = False
     callback_replay_window: float = 300.0
     callback_max_body_bytes: int = 1024 * 1024
     throughput_log_interval: float = 60.0
+
+    @property
+    def callback_secret(self) -> str | None:
+        """The secret that signs requests (the first of `callback_secrets`), or None."""
+        return self.callback_secrets[0] if self.callback_secrets else None
 
     def queue(self, name: str) -> QueueConfig:
         return self.queues.get(name) or QueueConfig(name)
@@ -68,7 +77,14 @@ class AwaSettings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
-_SCALAR_KEYS = {f.name.upper(): f.name for f in fields(AwaSettings) if f.name != "queues"}
+# Keys parsed by their own functions rather than as scalars.
+_SECRET_KEYS = ("CALLBACK_SECRET", "CALLBACK_SECRETS")
+_SCALAR_KEYS = {
+    f.name.upper(): f.name
+    for f in fields(AwaSettings)
+    if f.name not in ("queues", "callback_secrets")
+}
+_KNOWN_KEYS = {"QUEUES", *_SECRET_KEYS, *_SCALAR_KEYS}
 
 
 def validate_queue_name(name: object) -> str:
@@ -146,18 +162,43 @@ def _check_scalar(name: str, value: object) -> None:
         )
 
 
+def _parse_callback_secrets(raw: dict[str, Any]) -> tuple[str, ...]:
+    """CALLBACK_SECRETS (a list, newest first) or CALLBACK_SECRET (one string), not both.
+    An empty CALLBACK_SECRET means none, as an unset environment variable gives."""
+    single, many = raw.get("CALLBACK_SECRET"), raw.get("CALLBACK_SECRETS")
+    if single is not None and not isinstance(single, str):
+        raise ImproperlyConfigured(
+            f'AWA["CALLBACK_SECRET"] must be a string (or None), got {single!r:.20}.'
+        )
+    if many is None:
+        return (single,) if single else ()
+    if single:
+        raise ImproperlyConfigured(
+            'Set AWA["CALLBACK_SECRETS"] or AWA["CALLBACK_SECRET"], not both: the list '
+            "replaces the single secret (put the current secret first)."
+        )
+    # A bare string is refused rather than read as a list of one-character secrets.
+    if not isinstance(many, list | tuple) or not all(isinstance(s, str) and s for s in many):
+        raise ImproperlyConfigured(
+            'AWA["CALLBACK_SECRETS"] must be a list of non-empty strings, newest first, '
+            f"got a {type(many).__name__}."
+        )
+    return tuple(many)
+
+
 def load_settings() -> AwaSettings:
     """Read `settings.AWA` into an `AwaSettings`; raises ImproperlyConfigured on mistakes."""
     raw: dict[str, Any] = dict(getattr(django_settings, "AWA", {}) or {})
-    unknown = set(raw) - set(_SCALAR_KEYS) - {"QUEUES"}
+    unknown = set(raw) - _KNOWN_KEYS
     if unknown:
         raise ImproperlyConfigured(
             f"Unknown AWA setting(s): {', '.join(sorted(unknown))}. "
-            f"Known: QUEUES, {', '.join(sorted(_SCALAR_KEYS))}."
+            f"Known: {', '.join(sorted(_KNOWN_KEYS))}."
         )
-    kwargs: dict[str, Any] = {_SCALAR_KEYS[k]: v for k, v in raw.items() if k != "QUEUES"}
+    kwargs: dict[str, Any] = {_SCALAR_KEYS[k]: v for k, v in raw.items() if k in _SCALAR_KEYS}
     for name, value in kwargs.items():
         _check_scalar(name, value)
+    kwargs["callback_secrets"] = _parse_callback_secrets(raw)
     if "QUEUES" in raw:
         kwargs["queues"] = _parse_queues(raw["QUEUES"])
     return AwaSettings(**kwargs)

@@ -1,19 +1,27 @@
-"""Settings of the example project that the demo and the tests run (django-environ)."""
+"""Settings of the example project that the demo and the tests run (django-environ).
+
+Every secret and DEBUG come from the environment. The defaults suit a local demo only:
+a deployment sets DEBUG=False, SECRET_KEY and AWA_CALLBACK_SECRET (or the rotation list
+AWA_CALLBACK_SECRETS), and `manage.py check --deploy` warns about any default left in place.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Published demo values: awa.W012 and Django's security.W009 flag them under --deploy.
+DEMO_CALLBACK_SECRET = "awa-django-demo-callback-secret-do-not-deploy"
 env = environ.Env(
     DEBUG=(bool, True),
     SECRET_KEY=(str, "awa-django-dev-only-secret-key-change-me"),
     DATABASE_URL=(str, "postgres://postgres@127.0.0.1:5432/awa_django"),
-    AWA_CALLBACK_SECRET=(str, "dev-callback-secret-change-me"),
 )
 
+# True by default so `make admin` serves the admin's static files; never in a deployment.
 DEBUG = env("DEBUG")
 SECRET_KEY = env("SECRET_KEY")
 ALLOWED_HOSTS = ["*"]
@@ -40,6 +48,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "testproject.urls"
@@ -62,12 +71,22 @@ DATABASES = {"default": env.db("DATABASE_URL")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
 
+
+def _callback_secrets() -> dict[str, Any]:
+    """AWA_CALLBACK_SECRETS (comma-separated, newest first) while rotating a secret, else
+    AWA_CALLBACK_SECRET, else the demo value."""
+    rotation = [s.strip() for s in env.list("AWA_CALLBACK_SECRETS", default=[]) if s.strip()]
+    if rotation:
+        return {"CALLBACK_SECRETS": rotation}
+    return {"CALLBACK_SECRET": env.str("AWA_CALLBACK_SECRET", default=DEMO_CALLBACK_SECRET)}
+
+
 AWA = {
     "QUEUES": {
         "default": {"concurrency": 10},
         "email": {"concurrency": 4, "deadline": 60},
     },
-    "CALLBACK_SECRET": env("AWA_CALLBACK_SECRET"),
+    **_callback_secrets(),
 }
 
 # Django's own @task functions run on awa too (docs/django-tasks.md).

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from awa_django.codec import dumps
+from awa_django.codec import dumps, storable_text, unstorable_character
 from awa_django.conf import awa_settings
 from awa_django.events import Completed, Event, Exhausted, Retried
 from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption
@@ -221,11 +221,14 @@ def _not_found(callback_id: object, verb: str) -> CallbackNotFound:
 
 
 def _error_text(error: object) -> str:
+    """The error text as stored. The caller chose it, so a character PostgreSQL cannot hold
+    is refused rather than silently replaced; a text over MAX_ERROR_BYTES is cut (marked),
+    as every stored error text is, because the entry is written on the hot row."""
     if not isinstance(error, str) or not error.strip():
         raise InvalidCallbackOption(f"error must be a non-empty string, got {error!r:.100}")
-    if "\x00" in error:
-        raise InvalidCallbackOption("error contains a NUL character, which PostgreSQL rejects")
-    return error
+    if problem := unstorable_character(error):
+        raise InvalidCallbackOption(f"error contains {problem}, which PostgreSQL cannot store")
+    return storable_text(error)
 
 
 def _timeout(timeout: object) -> float:

@@ -14,7 +14,10 @@ no scheme, host or query string). The path names the callback and the action, so
 signature for one callback or verb is useless for another; the body hash authenticates the
 payload; the timestamp bounds replays to the replay window (old and future alike).
 
-Senders use `sign_callback_request` (and `callback_url` to build the URL).
+Senders use `sign_callback_request` (and `callback_url` to build the URL). The receiver
+accepts a signature made with any of `AWA["CALLBACK_SECRETS"]` and signs with the first, so
+a secret is rotated by putting the new one first, moving senders to it, then removing the
+old one.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import hmac
 import re
 import time
 import uuid
+from collections.abc import Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
@@ -70,7 +74,8 @@ def sign_callback_request(
         headers = sign_callback_request("POST", url, body)
         requests.post("https://shop.example" + url, data=body, headers=headers)
 
-    `secret` defaults to `AWA["CALLBACK_SECRET"]`; `timestamp` to now (unix seconds).
+    `secret` defaults to the first of `AWA["CALLBACK_SECRETS"]` (or `AWA["CALLBACK_SECRET"]`);
+    `timestamp` to now (unix seconds).
     Send `body` byte for byte as signed.
     """
     secret = _secret(secret)
@@ -89,12 +94,13 @@ def verify_callback_request(
     *,
     timestamp: str | None,
     signature: str | None,
-    secret: str | bytes,
+    secret: str | bytes | Sequence[str | bytes],
     replay_window: float,
     now: float | None = None,
 ) -> None:
     """Raise InvalidSignature unless the headers sign exactly this request within the
-    replay window. The comparison is constant-time."""
+    replay window, with `secret` or (given a list) any one of them. Every secret is
+    compared, each in constant time, so the time taken says nothing about which matched."""
     if not timestamp or not signature:
         raise InvalidSignature(f"missing {TIMESTAMP_HEADER} or {SIGNATURE_HEADER} header")
     if not _TIMESTAMP_RE.match(timestamp):
@@ -106,9 +112,21 @@ def verify_callback_request(
         raise InvalidSignature("the signature has expired (timestamp outside the replay window)")
     if skew > replay_window:
         raise InvalidSignature("the signature's timestamp is in the future")
-    expected = compute_signature(secret, timestamp, method, path, body)
-    if not hmac.compare_digest(expected.encode(), signature.encode()):
+    given = signature.encode()
+    matches = [
+        hmac.compare_digest(compute_signature(key, timestamp, method, path, body).encode(), given)
+        for key in _keys(secret)
+    ]
+    if not any(matches):
         raise InvalidSignature("the signature does not match this request")
+
+
+def _keys(secret: str | bytes | Sequence[str | bytes]) -> list[str | bytes]:
+    # str and bytes are sequences too: one of them is one key, not a list of characters.
+    keys = [secret] if isinstance(secret, str | bytes) else list(secret)
+    if not keys or not all(keys):
+        raise InvalidSignature("no secret to verify the signature with")
+    return keys
 
 
 def callback_url(callback_id: uuid.UUID | str, action: str, *, base: str = "") -> str:
@@ -124,6 +142,7 @@ def _secret(secret: str | bytes | None) -> str | bytes:
     secret = secret if secret is not None else awa_settings().callback_secret
     if not secret:
         raise ImproperlyConfigured(
-            'No callback secret: set AWA["CALLBACK_SECRET"] or pass secret= to sign a request.'
+            'No callback secret: set AWA["CALLBACK_SECRET"] (or CALLBACK_SECRETS) or pass '
+            "secret= to sign a request."
         )
     return secret

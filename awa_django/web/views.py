@@ -1,7 +1,9 @@
 """Signed HTTP endpoints that resolve external callbacks (DESIGN §6, docs/callbacks.md).
 
-Thin by design: bound the body, verify the signature, parse, call the Client (so hooks fire
-in this process once the resolution commits), format JSON.
+Thin by design: bound the body, check its content type, verify the signature, parse, call
+the Client (so hooks fire in this process once the resolution commits), format JSON. Every
+refusal is a 4xx JSON answer that changes nothing; a signature failure always gets the same
+401 body, its reason going only to the log.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from awa_django.client.callbacks import MAX_CALLBACK_TIMEOUT
 from awa_django.client.client import Client
+from awa_django.codec import dumps
 from awa_django.conf import AwaSettings, awa_settings
 from awa_django.exceptions import (
     CallbackNotFound,
@@ -34,6 +38,11 @@ from awa_django.web.signing import (
 
 logger = logging.getLogger("awa_django.callbacks")
 
+# One answer for every signature failure: telling a caller which check failed (no header,
+# bad syntax, stale timestamp, wrong key) only helps someone probing for a way in.
+UNAUTHENTICATED = "invalid or missing signature"
+JSON_CONTENT_TYPE = "application/json"
+
 
 class _Rejected(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -42,7 +51,11 @@ class _Rejected(Exception):
 
 
 def _complete(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobSnapshot:
-    return client.complete_external(callback_id, body.get("payload"))
+    payload = body.get("payload")
+    # Not stored today, but refused as resume_external refuses it (SerializationError for a
+    # NUL or lone surrogate), so the answer does not depend on which verb keeps the payload.
+    dumps(payload, what="callback payload")
+    return client.complete_external(callback_id, payload)
 
 
 def _fail(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobSnapshot:
@@ -54,7 +67,14 @@ def _retry(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobS
 
 
 def _heartbeat(client: Client, callback_id: uuid.UUID, body: dict[str, Any]) -> JobSnapshot:
-    return client.heartbeat_callback(callback_id, body.get("timeout_seconds", 3600))
+    timeout = body.get("timeout_seconds", 3600)
+    # JSON integers are unbounded; one past float range would overflow the Client's range
+    # check instead of failing it, so it is refused here as the out-of-range value it is.
+    if isinstance(timeout, int) and abs(timeout) > MAX_CALLBACK_TIMEOUT:
+        raise InvalidCallbackOption(
+            f"timeout_seconds must be 0..{MAX_CALLBACK_TIMEOUT:.0f} seconds, got {timeout!r:.20}"
+        )
+    return client.heartbeat_callback(callback_id, timeout)
 
 
 # Per action: the body fields it accepts and the Client call it makes. The Client checks
@@ -68,7 +88,6 @@ _ACTIONS: dict[str, tuple[frozenset[str], Callable[..., JobSnapshot]]] = {
 
 # Typed errors the Client raises, as HTTP statuses.
 _STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
-    (InvalidSignature, 401),
     (CallbackNotFound, 404),
     (InvalidCallbackOption, 400),
     (SerializationError, 400),
@@ -83,7 +102,7 @@ _KNOWN_ERRORS = tuple(error for error, _ in _STATUS_OF)
 @csrf_exempt
 def resolve_callback(request: HttpRequest, callback_id: str, action: str) -> JsonResponse:
     """POST <prefix>/<callback_id>/<action>: 200 {"id", "state"} or {"error"} with 400,
-    401, 404, 405, 413 or 503."""
+    401, 404, 405, 413, 415 or 503."""
     if request.method != "POST":
         response = _error(405, "use POST")
         response["Allow"] = "POST"
@@ -92,10 +111,15 @@ def resolve_callback(request: HttpRequest, callback_id: str, action: str) -> Jso
     settings = awa_settings()
     try:
         body = _read_body(request, settings.callback_max_body_bytes)
+        _check_content_type(request, body)
         _authenticate(request, body, settings)
         job = resolve(Client(), _callback_uuid(callback_id), _parse(body, fields))
     except _Rejected as exc:
         return _error(exc.status, str(exc))
+    except InvalidSignature as exc:
+        # WARNING, like django.request's own line for the 401, so the reason is beside it.
+        logger.warning("callback request to %r refused (401): %s", request.path, exc)
+        return _error(401, UNAUTHENTICATED)
     except _KNOWN_ERRORS as exc:
         return _error(_status(exc), str(exc))
     return JsonResponse({"id": job.id, "state": job.state})
@@ -111,7 +135,9 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        raise _Rejected(400, "invalid Content-Length header") from None
+        declared = -1
+    if declared < 0:
+        raise _Rejected(400, "invalid Content-Length header")
     if declared > limit:
         raise _Rejected(413, f"body is larger than {limit} bytes")
     body = request.read(limit + 1)
@@ -120,18 +146,28 @@ def _read_body(request: HttpRequest, limit: int) -> bytes:
     return body
 
 
+def _check_content_type(request: HttpRequest, body: bytes) -> None:
+    """A body must be declared as JSON in UTF-8 (a charset parameter may say so); a request
+    without a body has nothing to declare, whatever its client put in the header."""
+    if not body:
+        return
+    charset = (request.content_params or {}).get("charset", "utf-8").lower()
+    if request.content_type != JSON_CONTENT_TYPE or charset not in ("utf-8", "utf8"):
+        raise _Rejected(415, f"send the body as Content-Type: {JSON_CONTENT_TYPE} (UTF-8)")
+
+
 def _authenticate(request: HttpRequest, body: bytes, settings: AwaSettings) -> None:
-    if not settings.callback_secret:
+    if not settings.callback_secrets:
         if settings.callback_allow_unsigned:
-            return  # development only; the awa.E010 system check says so
-        raise InvalidSignature('callbacks are refused: AWA["CALLBACK_SECRET"] is not set')
+            return  # development only: with DEBUG off, awa.E011 is a system-check error
+        raise InvalidSignature('AWA["CALLBACK_SECRET"] is not set, so nothing can be verified')
     verify_callback_request(
         request.method or "",
         request.path,
         body,
         timestamp=request.headers.get(TIMESTAMP_HEADER),
         signature=request.headers.get(SIGNATURE_HEADER),
-        secret=settings.callback_secret,
+        secret=settings.callback_secrets,
         replay_window=settings.callback_replay_window,
     )
 

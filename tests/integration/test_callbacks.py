@@ -19,6 +19,7 @@ from django.utils import timezone
 import awa_django
 from awa_django.client.callbacks import ResolveResult
 from awa_django.client.client import Client
+from awa_django.codec import MAX_ERROR_BYTES
 from awa_django.events import Completed, Exhausted, Retried
 from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption, SerializationError
 from awa_django.storage.models import ActiveLease, Job
@@ -214,13 +215,24 @@ def test_fail_external_rejects_jobs_in_other_states(client, events, resolve, sta
     assert snapshot(job) == before and events == []
 
 
-@pytest.mark.parametrize("error", ["", "   ", None, 42, "nul\x00byte"])
+@pytest.mark.parametrize(
+    "error", ["", "   ", None, 42, "nul\x00byte", "lone \ud800 surrogate", "\udfff"]
+)
 def test_fail_external_needs_a_real_error_text(client, events, resolve, error):
     job = ParkedJobFactory()
     before = snapshot(job)
     with pytest.raises(InvalidCallbackOption, match="error"):
         resolve(client.fail_external, job.callback_id, error)
     assert snapshot(job) == before and events == []
+
+
+def test_fail_external_cuts_a_long_error_to_max_error_bytes(client, events, resolve):
+    job = ParkedJobFactory()
+    row = resolve(client.fail_external, job.callback_id, "x" * (3 * MAX_ERROR_BYTES))
+    stored = snapshot(job)["errors"][-1]["error"]
+    assert len(stored.encode()) <= MAX_ERROR_BYTES and stored.startswith("x" * 1000)
+    assert "truncated" in stored and row.state == "failed"
+    assert [e.error for e in events if not isinstance(e, tuple)] == [stored]
 
 
 # -- retry_external (T15) ------------------------------------------------------------------
@@ -290,11 +302,18 @@ def test_resume_external_rejects_jobs_in_other_states(client, resolve, state):
     assert snapshot(job) == before
 
 
-def test_resume_external_rejects_a_payload_that_is_not_json(client, resolve):
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [({"when": object()}, "cannot be serialised"), ({"k": "\ud800"}, "lone surrogate"),
+     (["\x00"], "NUL")],
+)  # fmt: skip
+def test_resume_external_rejects_a_payload_that_is_not_storable_json(
+    client, resolve, payload, problem
+):
     job = ParkedJobFactory()
     before = snapshot(job)
-    with pytest.raises(SerializationError):
-        resolve(client.resume_external, job.callback_id, {"when": object()})
+    with pytest.raises(SerializationError, match=problem):
+        resolve(client.resume_external, job.callback_id, payload)
     assert snapshot(job) == before
 
 

@@ -12,6 +12,7 @@ import pytest
 from django.test import Client as HttpClient
 
 import awa_django
+from awa_django.codec import MAX_ERROR_BYTES
 from awa_django.events import Completed, Exhausted, Retried
 from awa_django.web.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_callback_request
 from tests.integration.test_callbacks import (
@@ -62,16 +63,17 @@ def url(callback_id, action: str) -> str:
 
 
 def post(http, callback_id, action, body: bytes | dict | None = None, *, method="POST",
-         signed_path=None, signed_body=None, skew=0, headers=None, **extra):  # fmt: skip
+         signed_path=None, signed_body=None, skew=0, headers=None, secret=SECRET,
+         content_type="application/json", **extra):  # fmt: skip
     """Send a request signed like a real sender would, unless told to sign something else."""
     raw = json.dumps(body).encode() if isinstance(body, dict) else (body or b"")
     path = url(callback_id, action)
     if headers is None:
         headers = sign_callback_request(
             method, signed_path or path, raw if signed_body is None else signed_body,
-            secret=SECRET, timestamp=int(time.time()) + skew,
+            secret=secret, timestamp=int(time.time()) + skew,
         )  # fmt: skip
-    return http.generic(method, path, raw, content_type="application/json", headers=headers,
+    return http.generic(method, path, raw, content_type=content_type, headers=headers,
                         **extra)  # fmt: skip
 
 
@@ -149,6 +151,20 @@ def rejection_cases():
         "oversized body": (413, "complete", {"payload": "x" * LIMIT}, {}),
         "declared oversized": (413, "complete", body, {"CONTENT_LENGTH": str(LIMIT + 1)}),
         "bad content length": (400, "complete", body, {"CONTENT_LENGTH": "lots"}),
+        "negative content length": (400, "complete", body, {"CONTENT_LENGTH": "-1"}),
+        "wrong secret": (401, "complete", body, {"secret": "not-the-secret-0123456789abcdef"}),
+        "text/plain body": (415, "complete", body, {"content_type": "text/plain"}),
+        "form body": (415, "fail", {"error": "x"},
+                      {"content_type": "application/x-www-form-urlencoded"}),
+        "no content type": (415, "complete", body, {"content_type": ""}),
+        "latin-1 json": (415, "complete", body,
+                         {"content_type": "application/json; charset=latin-1"}),
+        "lone surrogate error": (400, "fail", b'{"error": "\\ud800"}', {}),
+        "lone low surrogate error": (400, "fail", b'{"error": "ok \\udfff then"}', {}),
+        "NUL error": (400, "fail", b'{"error": "nul \\u0000"}', {}),
+        "lone surrogate payload": (400, "complete", b'{"payload": "\\ud800"}', {}),
+        "lone surrogate payload key": (400, "complete", b'{"payload": {"\\udc00": 1}}', {}),
+        "NUL payload": (400, "complete", b'{"payload": ["\\u0000"]}', {}),
         "malformed json": (400, "complete", b'{"payload": ', {}),
         "not utf-8": (400, "complete", b'{"payload": "\xff"}', {}),
         "json array": (400, "complete", b"[1, 2]", {}),
@@ -162,6 +178,9 @@ def rejection_cases():
         "boolean timeout": (400, "heartbeat", {"timeout_seconds": True}, {}),
         "infinite timeout": (400, "heartbeat", b'{"timeout_seconds": 1e999}', {}),
         "huge timeout": (400, "heartbeat", {"timeout_seconds": 1e15}, {}),
+        "timeout past float range": (400, "heartbeat", {"timeout_seconds": 10**400}, {}),
+        "negative timeout past float range": (400, "heartbeat", {"timeout_seconds": -(10**400)},
+                                              {}),
     }  # fmt: skip
 
 
@@ -179,6 +198,161 @@ def test_rejected_requests_change_nothing(send, events, case):
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/json" and response.json()["error"]
     assert snapshot(job) == before and events == []
+
+
+# -- text PostgreSQL cannot store -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("action", "body", "problem"),
+    [
+        ("fail", b'{"error": "\\ud800"}', "error contains a lone surrogate"),
+        ("fail", b'{"error": "a\\u0000b"}', "error contains a NUL character"),
+        (
+            "complete",
+            b'{"payload": {"k": "\\udbff"}}',
+            "callback payload contains a lone surrogate",
+        ),
+        ("complete", b'{"payload": "\\u0000"}', "callback payload contains a NUL character"),
+    ],
+)
+def test_a_value_the_caller_chose_is_refused_not_repaired(send, events, action, body, problem):
+    # 400 saying what is wrong, where these used to raise UnicodeEncodeError: a 500.
+    job = ParkedJobFactory()
+    before = snapshot(job)
+    response = send(job.callback_id, action, body)
+    assert response.status_code == 400 and problem in response.json()["error"]
+    assert snapshot(job) == before and events == []
+
+
+def test_a_surrogate_pair_is_one_character_and_is_stored(send):
+    job = ParkedJobFactory()
+    body = b'{"error": "card \\ud83d\\udcb3 declined"}'
+    assert send(job.callback_id, "fail", body).status_code == 200
+    assert snapshot(job)["errors"][-1]["error"] == "card \N{CREDIT CARD} declined"
+
+
+def test_a_long_fail_error_is_stored_cut_to_max_error_bytes(send, events, callback_settings):
+    callback_settings.AWA = {**callback_settings.AWA, "CALLBACK_MAX_BODY_BYTES": 256 * 1024}
+    job = ParkedJobFactory()
+    text = "declined: " + "é" * 20_000  # 40,010 UTF-8 bytes
+    assert send(job.callback_id, "fail", {"error": text}).status_code == 200
+    stored = snapshot(job)["errors"][-1]["error"]
+    assert len(stored.encode()) <= MAX_ERROR_BYTES
+    assert stored.startswith("declined: éé") and stored.endswith("(truncated, full text in logs)")
+    assert [e.error for e in events] == [stored]
+
+
+# -- content type --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json", "application/json; charset=utf-8", "Application/JSON; Charset=UTF-8",
+     "application/json;charset=utf8"],
+)  # fmt: skip
+def test_a_json_body_may_name_utf8_as_its_charset(send, content_type):
+    job = ParkedJobFactory()
+    response = send(job.callback_id, "complete", {"payload": 1}, content_type=content_type)
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/jsonp", "application/json; charset=utf-16"]
+)
+def test_a_body_not_declared_as_utf8_json_is_unsupported(send, content_type):
+    job = ParkedJobFactory()
+    before = snapshot(job)
+    response = send(job.callback_id, "complete", {"payload": 1}, content_type=content_type)
+    assert response.status_code == 415
+    assert "application/json" in response.json()["error"]
+    assert snapshot(job) == before
+
+
+@pytest.mark.parametrize(
+    ("action", "state"), [("retry", "available"), ("heartbeat", "waiting_external"),
+                          ("complete", "completed")],
+)  # fmt: skip
+@pytest.mark.parametrize("content_type", ["", "application/x-www-form-urlencoded"])
+def test_an_empty_body_needs_no_content_type(send, action, state, content_type):
+    # Nothing to interpret; urllib, for one, labels an empty POST as a form.
+    job = ParkedJobFactory()
+    response = send(job.callback_id, action, b"", content_type=content_type)
+    assert response.status_code == 200 and response.json()["state"] == state
+
+
+# -- one answer for every signature failure ------------------------------------------------
+LOGGED_REASON = {
+    "tampered body": "does not match",
+    "other callback id": "does not match",
+    "other action": "does not match",
+    "wrong secret": "does not match",
+    "expired timestamp": "expired",
+    "future timestamp": "in the future",
+    "no headers": "missing",
+    "no signature": "missing",
+    "no timestamp": "missing",
+    "garbage signature": "must be v1=",
+}
+
+
+@pytest.mark.parametrize("case", LOGGED_REASON)
+def test_every_signature_failure_gets_the_same_401_and_logs_its_reason(send, caplog, case):
+    status, action, body, options = CASES[case]
+    job = ParkedJobFactory()
+    if options.get("signed_path") == "{path_of_fail}":
+        options = {**options, "signed_path": url(job.callback_id, "fail")}
+    response = send(job.callback_id, action, body, **options)
+    assert status == response.status_code == 401
+    assert response.json() == {"error": "invalid or missing signature"}
+    [record] = [r for r in caplog.records if r.name == "awa_django.callbacks"]
+    assert record.levelname == "WARNING" and LOGGED_REASON[case] in record.getMessage()
+
+
+# -- rotating the secret -------------------------------------------------------------------
+NEW_SECRET = "http-test-new-secret-fedcba9876543210"
+
+
+def test_a_secret_rotates_without_refusing_a_request(send, callback_settings):
+    def accepted(secret: str) -> bool:
+        job = ParkedJobFactory()
+        return send(job.callback_id, "complete", {}, secret=secret).status_code == 200
+
+    # 1. Add the new secret first: both are accepted while senders move over.
+    callback_settings.AWA = {**callback_settings.AWA, "CALLBACK_SECRET": None,
+                             "CALLBACK_SECRETS": [NEW_SECRET, SECRET]}  # fmt: skip
+    assert accepted(NEW_SECRET) and accepted(SECRET)
+    # 2. Remove the old one: only the new one is.
+    callback_settings.AWA = {**callback_settings.AWA, "CALLBACK_SECRETS": [NEW_SECRET]}
+    assert accepted(NEW_SECRET) and not accepted(SECRET)
+
+
+# -- replays (docs/decisions/008-callback-replay.md) ---------------------------------------
+@pytest.mark.parametrize(("action", "body"), [("complete", b"{}"), ("fail", b'{"error": "x"}'),
+                                              ("retry", b"")])  # fmt: skip
+def test_a_replayed_resolution_is_not_found(http, events, action, body):
+    job = ParkedJobFactory()
+    path = url(job.callback_id, action)
+    headers = sign_callback_request("POST", path, body, secret=SECRET)
+    first = http.generic("POST", path, body, content_type="application/json", headers=headers)
+    after = snapshot(job)
+    replay = http.generic("POST", path, body, content_type="application/json", headers=headers)
+    assert (first.status_code, replay.status_code) == (200, 404)
+    assert snapshot(job) == after
+
+
+def test_a_replayed_heartbeat_only_reapplies_its_own_timeout(http, events):
+    job = ParkedJobFactory()
+    path, body = url(job.callback_id, "heartbeat"), b'{"timeout_seconds": 60}'
+    headers = sign_callback_request("POST", path, body, secret=SECRET)
+    for _ in range(2):  # the original, then its replay within the window
+        response = http.generic("POST", path, body, content_type="application/json",
+                                headers=headers)  # fmt: skip
+        assert response.status_code == 200
+        row = snapshot(job)
+        assert row["state"] == "waiting_external" and row["callback_id"] == job.callback_id
+        assert row["callback_timeout_at"] == db_now() + dt.timedelta(seconds=60)
+    assert events == []
+    # Once the callback is resolved the replay matches nothing.
+    assert post(http, job.callback_id, "complete", {}).status_code == 200
+    replay = http.generic("POST", path, body, content_type="application/json", headers=headers)
+    assert replay.status_code == 404
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "DELETE", "OPTIONS"])
@@ -232,12 +406,15 @@ def test_an_oversized_body_is_refused_before_it_is_read(send):
 
 
 # -- no secret configured ----------------------------------------------------------------
-def test_without_a_secret_every_request_is_refused(send, callback_settings):
+def test_without_a_secret_every_request_is_refused(send, callback_settings, caplog):
     callback_settings.AWA = {**callback_settings.AWA, "CALLBACK_SECRET": None}
     job = ParkedJobFactory()
     before = snapshot(job)
     response = send(job.callback_id, "complete", {})  # signed, but nothing to check with
-    assert response.status_code == 401 and "CALLBACK_SECRET" in response.json()["error"]
+    assert response.status_code == 401
+    assert response.json() == {"error": "invalid or missing signature"}
+    # The operator's reason is in the log, not in the answer.
+    assert 'AWA["CALLBACK_SECRET"] is not set' in caplog.text
     assert snapshot(job) == before
 
 

@@ -9,8 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from awa_django.codec import decode_args, dumps, encode_args
+from awa_django.codec import (
+    decode_args,
+    dumps,
+    encode_args,
+    encode_args_json,
+    unstorable_character,
+)
 from awa_django.exceptions import InvalidJobArgs, PayloadTooLarge, SerializationError
 
 
@@ -63,6 +71,65 @@ def test_dumps_accepts_a_literal_backslash_u0000(text: str) -> None:
 def test_dumps_rejects_nul_after_backslashes(text: str) -> None:
     with pytest.raises(SerializationError, match="NUL"):
         dumps({"x": text}, what="args")
+
+
+@pytest.mark.parametrize(
+    "text", ["\ud800", "a\udfffb", "\ude00\ud83d", "\ud83d\ud83d", "\\\ud800", "😀\udbff"]
+)
+def test_dumps_rejects_lone_surrogates(text: str) -> None:
+    # jsonb refuses them (and UTF-8 cannot encode them): here, not at INSERT, not as a 500.
+    with pytest.raises(SerializationError, match="lone surrogate"):
+        dumps({"x": text}, what="args")
+    with pytest.raises(SerializationError, match="lone surrogate"):
+        encode_args_json({"x": text}, what="args")
+    with pytest.raises(SerializationError, match="lone surrogate"):
+        dumps({text: 1}, what="args")  # keys too
+
+
+@pytest.mark.parametrize("text", ["😀", "\ud83d\ude00", "\\ud800", "C:\\udp\\ud800.txt"])
+def test_dumps_accepts_pairs_and_the_literal_text_backslash_ud800(text: str) -> None:
+    # A high+low pair is one character; the six characters `\ud800` are ordinary text.
+    assert dumps({"x": text}, what="args")
+
+
+# Text built from the characters that matter here: backslashes, "u", "d", hex digits and
+# surrogates of both halves, plus an astral character and plain ASCII.
+_TRICKY = st.text(
+    st.sampled_from(["\\", "u", "d", "8", "c", "0", "f", "a", "\ud83d", "\ude00", "\udbff", "😀"])
+    | st.characters(max_codepoint=0x7F),
+    max_size=12,
+)
+
+
+@given(_TRICKY)
+def test_dumps_refuses_exactly_what_postgresql_cannot_store(text: str) -> None:
+    # NUL and lone surrogates, nothing else. Adjacent high+low code points in a str become
+    # one valid pair in JSON, so the truth is what the JSON decodes back to, checked the
+    # slow, obvious way.
+    decoded = json.loads(json.dumps(text))
+    unstorable = any(c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF for c in decoded)
+    try:
+        dumps(text, what="args")
+    except SerializationError:
+        assert unstorable
+    else:
+        assert not unstorable
+
+
+def test_dumps_reports_nesting_too_deep_to_encode() -> None:
+    value: Any = []
+    for _ in range(100_000):
+        value = [value]
+    with pytest.raises(SerializationError, match="cannot be serialised"):
+        dumps(value, what="payload")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("ok", None), ("😀", None), ("a\x00", "a NUL character"), ("\udc00", "a lone surrogate")],
+)
+def test_unstorable_character_names_the_problem(text: str, problem: str | None) -> None:
+    assert unstorable_character(text) == problem
 
 
 def test_dumps_limit_is_inclusive() -> None:

@@ -129,6 +129,40 @@ def test_with_overrides_ignores_none() -> None:
     assert (s.poll_interval, s.heartbeat_interval) == (0.05, 30.0)
 
 
+# -- callback secrets ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("awa", "secrets"),
+    [
+        ({}, ()),
+        ({"CALLBACK_SECRET": None}, ()),
+        ({"CALLBACK_SECRET": ""}, ()),  # an unset environment variable: no secret
+        ({"CALLBACK_SECRET": "one"}, ("one",)),
+        ({"CALLBACK_SECRETS": ["new", "old"]}, ("new", "old")),
+        ({"CALLBACK_SECRETS": ("new",)}, ("new",)),
+        ({"CALLBACK_SECRETS": []}, ()),
+        ({"CALLBACK_SECRETS": ["new"], "CALLBACK_SECRET": None}, ("new",)),
+    ],
+)
+def test_callback_secret_is_a_one_element_callback_secrets(
+    awa: dict[str, Any], secrets: tuple[str, ...]
+) -> None:
+    s = settings_from(awa)
+    assert s.callback_secrets == secrets
+    assert s.callback_secret == (secrets[0] if secrets else None)  # the one that signs
+
+
+def test_callback_secret_and_callback_secrets_together_are_refused() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"CALLBACK_SECRETS.*not both"):
+        settings_from({"CALLBACK_SECRET": "a", "CALLBACK_SECRETS": ["b"]})
+
+
+@pytest.mark.parametrize("value", ["one-string", ["ok", ""], ["ok", None], [b"bytes"], 5])
+def test_callback_secrets_must_be_a_list_of_non_empty_strings(value: Any) -> None:
+    # A bare string would otherwise be a list of one-character secrets.
+    with pytest.raises(ImproperlyConfigured, match=r'AWA\["CALLBACK_SECRETS"\] must be a list'):
+        settings_from({"CALLBACK_SECRETS": value})
+
+
 # -- queue names --------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["default", "a", "x" * 200, "Email.v2:high-prio_1"])
 def test_valid_queue_names(name: str) -> None:

@@ -236,6 +236,7 @@ def test_kinds_a_resolver_supplies_are_not_warned_about(reg):
 )
 def test_a_missing_callback_secret_is_an_error_unless_unsigned_is_allowed(settings, awa, ids):
     settings.AWA = awa
+    settings.DEBUG = True  # CALLBACK_ALLOW_UNSIGNED is itself an error without DEBUG (awa.E011)
     errors = check_callback_secret()
     assert [e.id for e in errors] == ids
     if errors:

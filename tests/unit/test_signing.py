@@ -141,6 +141,44 @@ def test_signing_defaults_to_the_configured_secret(settings):
     verify(headers=sign_callback_request("POST", PATH, BODY))
 
 
+# -- rotation: sign with the first secret, accept any ------------------------------------
+def test_any_listed_secret_verifies():
+    for key in ("new-secret", SECRET):
+        headers = sign_callback_request("POST", PATH, BODY, secret=key)
+        verify(headers=headers, secret=["new-secret", SECRET])
+
+
+def test_a_secret_no_longer_listed_is_rejected():
+    headers = sign_callback_request("POST", PATH, BODY, secret="retired-secret")
+    with pytest.raises(InvalidSignature, match="does not match"):
+        verify(headers=headers, secret=["new-secret", SECRET])
+
+
+@pytest.mark.parametrize("secrets", [[], [""], ["ok", ""]])
+def test_verifying_without_a_usable_secret_fails_closed(secrets):
+    headers = sign_callback_request("POST", PATH, BODY, secret="ok")
+    with pytest.raises(InvalidSignature, match="no secret"):
+        verify(headers=headers, secret=secrets)
+
+
+def test_every_listed_secret_is_compared(monkeypatch):
+    # The first match does not end the loop, so timing says nothing about which key matched.
+    compared = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: compared.append(a) or real(a, b))
+    headers = sign_callback_request("POST", PATH, BODY, secret="first")
+    verify(headers=headers, secret=["first", "second", "third"])
+    assert len(compared) == 3
+
+
+def test_signing_uses_the_first_of_callback_secrets(settings):
+    settings.AWA = {"CALLBACK_SECRETS": ["newest", "older"]}
+    headers = sign_callback_request("POST", PATH, BODY)
+    verify(headers=headers, secret="newest")
+    with pytest.raises(InvalidSignature):
+        verify(headers=headers, secret="older")
+
+
 def test_callback_url_reverses_each_action_under_the_mounted_prefix():
     cb = uuid.UUID("0b7e5c2a-8a51-4f43-9d6c-2f1b1f0f6a11")
     assert callback_url(cb, "complete") == PATH
