@@ -28,6 +28,7 @@ from django.dispatch import receiver
 # \Z, not $: `$` also matches before a trailing newline ("default\n" would pass).
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}\Z")
 DEFAULT_QUEUE = "default"
+HOOK_OVERFLOW_POLICIES = ("drop", "pause")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,14 @@ class AwaSettings:
     callback_replay_window: float = 300.0
     callback_max_body_bytes: int = 1024 * 1024
     throughput_log_interval: float = 60.0
+    # Lifecycle events waiting for their hooks in one worker; past it HOOK_OVERFLOW applies:
+    # "drop" (count and log; hooks never slow the queue) or "pause" (stop claiming until the
+    # backlog drains: no event lost, the queue slows to the hooks' pace). Decision 010.
+    hook_backlog: int = 10_000
+    hook_overflow: str = "drop"
+    # A job whose kind no worker has a handler for is handed back (no attempt counted) for
+    # this long, so a rolling deploy never fails new work; then it fails. Decision 011.
+    unknown_kind_grace: float = 3600.0
 
     @property
     def callback_secret(self) -> str | None:
@@ -198,6 +207,11 @@ def load_settings() -> AwaSettings:
     kwargs: dict[str, Any] = {_SCALAR_KEYS[k]: v for k, v in raw.items() if k in _SCALAR_KEYS}
     for name, value in kwargs.items():
         _check_scalar(name, value)
+    if kwargs.get("hook_overflow", "drop") not in HOOK_OVERFLOW_POLICIES:
+        raise ImproperlyConfigured(
+            f'AWA["HOOK_OVERFLOW"] must be one of {", ".join(HOOK_OVERFLOW_POLICIES)}, '
+            f"got {kwargs['hook_overflow']!r:.100}."
+        )
     kwargs["callback_secrets"] = _parse_callback_secrets(raw)
     if "QUEUES" in raw:
         kwargs["queues"] = _parse_queues(raw["QUEUES"])

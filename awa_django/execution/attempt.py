@@ -31,6 +31,7 @@ from awa_django.execution.outcomes import (
     event_for,
     plan,
     plan_failure,
+    plan_unknown_kind,
     unstorable,
 )
 from awa_django.registry import JobDefinition, registry
@@ -92,8 +93,14 @@ def outcome_of_result(job: JobContext[Any], result: Any) -> Transition | None:
     return plan(job.row, result)
 
 
-def outcome_of_error(job: JobContext[Any], error: BaseException) -> Transition:
-    """What a handler that raised `error` (or could not be loaded) asks for."""
+def outcome_of_error(
+    job: JobContext[Any], error: BaseException, unknown_kind_grace: float = 0.0
+) -> Transition:
+    """What a handler that raised `error` (or could not be loaded) asks for. A kind with no
+    handler here is handed back for `unknown_kind_grace` seconds (a rolling deploy)."""
+    if isinstance(error, UnknownJobKind):
+        logger.warning("job %s: no handler for kind %r in this worker", job.id, job.kind)
+        return plan_unknown_kind(job.row, error, unknown_kind_grace)
     logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, error)
     return plan_failure(job.row, error)
 

@@ -143,6 +143,52 @@ def contract_violation(current_callback: uuid.UUID | None) -> Transition:
     return Transition(JobState.FAILED, Exhausted, error=error, terminal=True)
 
 
+# How long a job whose kind this worker cannot run waits before any worker may claim it
+# again (a rolling deploy: a worker with the handler is usually seconds away).
+HANDBACK_SECONDS = 5.0
+_UNKNOWN_KIND = f"{UnknownJobKind.__module__}.{UnknownJobKind.__qualname__}"
+
+
+def plan_unknown_kind(row: JobSnapshot, error: UnknownJobKind, grace: float) -> Transition:
+    """A worker without the handler hands the job back, its attempt not counted, so a
+    rolling deploy never fails new work; once the kind has gone unhandled for `grace`
+    seconds since the first hand-back, the job fails (decision 011)."""
+    since = handed_back_since(row)
+    now = row.attempted_at or row.run_at
+    if grace <= 0 or (since is not None and (now - since).total_seconds() >= grace):
+        waited = "" if grace <= 0 else f" (no worker has run this kind for {grace:.0f}s)"
+        return Transition(
+            JobState.FAILED,
+            Exhausted,
+            error=storable_text(f"{error}{waited}"),
+            error_type=_UNKNOWN_KIND,
+            terminal=True,
+        )
+    first = since is None  # only the first hand-back leaves an entry: when it started
+    return Transition(
+        JobState.SCHEDULED,
+        None,
+        run_at_mode="delay",
+        delay_seconds=HANDBACK_SECONDS,
+        attempt_refund=1,
+        finalize=False,
+        error=f"no handler for kind {row.kind!r} in this worker: handed back" if first else None,
+        error_type=_UNKNOWN_KIND if first else None,
+    )
+
+
+def handed_back_since(row: JobSnapshot) -> dt.datetime | None:
+    """When a worker first handed the job back for want of its handler, if the latest
+    error entry says so."""
+    last = row.errors[-1] if row.errors else {}
+    if last.get("type") != _UNKNOWN_KIND or last.get("terminal"):
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(last["at"]))
+    except (KeyError, ValueError):
+        return None
+
+
 def unstorable(error: BaseException) -> Transition:
     """The job fails for good when the database refuses its outcome: the same values
     would be refused on every retry. Progress is not written (it may be the culprit)."""

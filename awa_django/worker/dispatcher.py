@@ -27,12 +27,15 @@ class Dispatcher:
         execute: Callable[[JobSnapshot, Callable[[], None]], Awaitable[None]],
         worker_id: str,
         poll_interval: float,
+        may_claim: Callable[[], bool] = lambda: True,
     ) -> None:
         self.queue = queue
         self.db = db
         self.execute = execute
         self.worker_id = worker_id
         self.poll_interval = poll_interval
+        # False while the runtime holds claims back (a full hook backlog under "pause").
+        self.may_claim = may_claim
         self.running = 0
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
@@ -50,6 +53,9 @@ class Dispatcher:
         """Reserve the free slots, then claim up to that many jobs; start each one."""
         free = self.free_slots
         if free <= 0 or self.stopping:
+            return 0
+        if not self.may_claim():
+            self._maybe_more = False  # wait for the poll timer, do not spin
             return 0
         self.running += free  # reserve first: a slot is never promised twice
         try:

@@ -48,6 +48,7 @@ class Executor:
         hook_queue: HookQueue,
         max_result_bytes: int,
         forced: Callable[[], bool],
+        unknown_kind_grace: float = 0.0,
     ) -> None:
         self.db = db
         self.hook_queue = hook_queue
@@ -55,6 +56,7 @@ class Executor:
         self.inflight = inflight
         self.threads = threads
         self.max_result_bytes = max_result_bytes
+        self.unknown_kind_grace = unknown_kind_grace
         self.forced = forced
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -93,7 +95,7 @@ class Executor:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # SystemExit from a handler must not end the worker
-            return attempt.outcome_of_error(job, exc)
+            return attempt.outcome_of_error(job, exc, self.unknown_kind_grace)
         return attempt.outcome_of_result(job, result)
 
     async def _execute_step(self, step: attempt.Step) -> Any:

@@ -34,10 +34,12 @@ class Heartbeat:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop beating; waits up to `timeout` for a beat in flight (the thread is a
+        daemon: one stuck on a dead connection does not hold the process)."""
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=timeout)
 
     def run_once(self) -> int:
         """One beat for every in-flight attempt; returns how many leases are still owned.

@@ -1,11 +1,14 @@
 """Delivers the worker's lifecycle events to hooks, off the hot path and bounded.
 
-Events wait in a bounded queue drained by a few consumer tasks; sync hooks run on a small
+Events wait in a bounded backlog drained by a few consumer tasks; sync hooks run on a small
 pool of their own. Each job's events go to one lane (by job id) with one consumer, so a
 job's events reach its hooks in the order they committed (Rescued before Exhausted). A
-slow hook therefore costs claiming and completion nothing but the enqueue of its event,
-and a hook that cannot keep up loses events (counted and logged) instead of growing the
-worker's memory without limit. Hooks are best-effort by contract.
+slow hook costs claiming and completion nothing but the enqueue of its event.
+
+The contract (docs/hooks.md, decision 010): one delivery per committed outcome, unless the
+process crashes, the shutdown grace runs out, or the backlog overflows under the default
+"drop" policy (counted, logged once per interval). Under "pause" nothing is dropped: the
+runtime stops claiming while the backlog is full. A graceful stop delivers what is queued.
 """
 
 from __future__ import annotations
@@ -27,28 +30,47 @@ DROP_LOG_INTERVAL = 10.0
 
 
 class HookQueue:
-    def __init__(self, capacity: int = CAPACITY, consumers: int = CONSUMERS) -> None:
+    def __init__(
+        self, capacity: int = CAPACITY, consumers: int = CONSUMERS, overflow: str = "drop"
+    ) -> None:
         self.capacity = capacity
+        self.drops_on_overflow = overflow == "drop"
         self.lanes: list[asyncio.Queue[Event]] = [asyncio.Queue() for _ in range(consumers)]
         self._arrived = asyncio.Event()
         self.threads = ThreadPoolExecutor(max_workers=consumers, thread_name_prefix="awa-hook")
         self.dropped = 0
+        self.undelivered = 0  # queued or being delivered right now
         self._last_drop_log = 0.0
 
     def put(self, event: Event) -> None:
         """Queue `event` for its hooks; never blocks. Kinds without hooks cost one lookup."""
         if not registry.has_hooks(event.job.kind):
             return
-        if self.pending >= self.capacity:
+        if self.drops_on_overflow and self.pending >= self.capacity:
             self._dropped(event)
             return
         self.lanes[event.job.id % len(self.lanes)].put_nowait(event)
+        self.undelivered += 1
         self._arrived.set()
 
     @property
     def pending(self) -> int:
         """Events queued and not yet taken by a consumer."""
         return sum(lane.qsize() for lane in self.lanes)
+
+    @property
+    def full(self) -> bool:
+        """The backlog reached its bound: under "pause" the runtime claims nothing more."""
+        return self.pending >= self.capacity
+
+    async def drain(self, timeout: float) -> int:
+        """Wait up to `timeout` seconds for every queued event to be delivered (the
+        consumers keep running); returns how many were not."""
+        waiting = [asyncio.ensure_future(lane.join()) for lane in self.lanes]
+        _, unfinished = await asyncio.wait(waiting, timeout=max(timeout, 0.0))
+        for task in unfinished:
+            task.cancel()
+        return self.undelivered
 
     def _dropped(self, event: Event) -> None:
         self.dropped += 1
@@ -78,6 +100,7 @@ class HookQueue:
         try:
             await hooks.adispatch(event, threads=self.threads)
         finally:
+            self.undelivered -= 1
             lane.task_done()
 
     async def run(self) -> None:
@@ -88,5 +111,5 @@ class HookQueue:
             await self._deliver(lane)
 
     def close(self) -> None:
-        """Shutdown does not wait for hooks (ADR-015): pending events are abandoned."""
+        """Whatever `drain` could not deliver in the grace period is abandoned here."""
         self.threads.shutdown(wait=False, cancel_futures=True)

@@ -35,6 +35,8 @@ from awa_django.worker.supervisor import SUPERVISOR_ENV
 logger = logging.getLogger("awa_django.worker")
 
 EXIT_OK, EXIT_UNCLEAN = 0, 1
+# How long the steps after the grace period (leadership, deregistration, closing) may take.
+EXIT_BUDGET = 4.0
 
 
 def new_worker_id() -> str:
@@ -76,7 +78,7 @@ class Runtime:
             max_workers=s.sync_threads or slots, thread_name_prefix="awa-job"
         )
         self.completer = Completer(self.db, lambda: self.forced)
-        self.hook_queue = HookQueue()
+        self.hook_queue = HookQueue(s.hook_backlog, overflow=s.hook_overflow)
         self.executor = Executor(
             self.db,
             self.completer,
@@ -85,9 +87,17 @@ class Runtime:
             self.hook_queue,
             s.max_result_bytes,
             lambda: self.forced,
+            s.unknown_kind_grace,
         )
         self.dispatchers = [
-            Dispatcher(q, self.db, self.executor.execute, self.worker_id, s.poll_interval)
+            Dispatcher(
+                q,
+                self.db,
+                self.executor.execute,
+                self.worker_id,
+                s.poll_interval,
+                may_claim=lambda: not self.hook_queue.full,
+            )
             for q in self.queues
         ]
         self.listener = Listener(self.db, self.dispatchers, self.inflight)
@@ -205,14 +215,14 @@ class Runtime:
             await dispatcher.stop()
         # A claim may be in flight: wait for each dispatcher loop to end so the attempts
         # it returns are counted below and drained, not left running.
-        await asyncio.wait(self._dispatching, timeout=self.settings.shutdown_grace)
+        await asyncio.wait(self._dispatching, timeout=_left(deadline))
         self.inflight.cancel_all()  # cooperative: is_cancelled() tells handlers to wrap up
         # Each attempt's task ends only once its outcome is written (a completion awaits
         # its batch), so waiting for them also flushes the completer.
         running = {t for d in self.dispatchers for t in d.tasks}
         pending: set[asyncio.Task[None]] = set()
         if running:
-            _, pending = await asyncio.wait(running, timeout=max(0, deadline - time.monotonic()))
+            _, pending = await asyncio.wait(running, timeout=_left(deadline))
         clean = not pending
         if pending:
             logger.warning(
@@ -221,20 +231,47 @@ class Runtime:
                 len(pending),
             )
             self.forced = True
-        await self._stop_services()
+        await self._deliver_hooks(deadline)
+        await self._stop_services(time.monotonic() + EXIT_BUDGET)
         return EXIT_OK if clean else EXIT_UNCLEAN
 
-    async def _stop_services(self) -> None:
+    async def _deliver_hooks(self, deadline: float) -> None:
+        """Hand every committed outcome to its hooks before exiting, within the grace."""
+        abandoned = await self.hook_queue.drain(_left(deadline))
+        if abandoned:
+            logger.warning(
+                "shutdown grace of %.1fs expired with %d lifecycle events not delivered to "
+                "their hooks; they are abandoned",
+                self.settings.shutdown_grace,
+                abandoned,
+            )
+
+    async def _stop_services(self, deadline: float) -> None:
+        """Every step on the way out is bounded: with the database unreachable the process
+        still exits EXIT_BUDGET seconds after the grace (leadership then expires by itself
+        and the worker row is pruned by the next leader)."""
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.elector.release()
-        await self.registrar.deregister()
-        self.heartbeat.stop()
+        await _bounded(asyncio.gather(*self._tasks, return_exceptions=True), deadline, "services")
+        await _bounded(self.elector.release(), deadline, "releasing leadership")
+        await _bounded(self.registrar.deregister(), deadline, "deregistering")
+        self.heartbeat.stop(timeout=_left(deadline))
         self.threads.shutdown(wait=False, cancel_futures=True)
         self.hook_queue.close()
-        await self.db.close()
+        await _bounded(self.db.close(), deadline, "closing connections")
         logger.info("awa worker %s stopped", self.worker_id)
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+async def _bounded(step: Awaitable[Any], deadline: float, what: str) -> None:
+    """Await `step` until `deadline` at most (a hung database must not hold the exit)."""
+    try:
+        await asyncio.wait_for(step, timeout=max(_left(deadline), 0.01))
+    except TimeoutError:
+        logger.warning("gave up %s on the way out: the database did not answer in time", what)
 
 
 def run_worker(
