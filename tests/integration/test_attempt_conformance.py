@@ -181,6 +181,15 @@ class ConformanceAsync:
     mode: str
 
 
+BLOCKING_CALLS: dict[str, Callable[[JobContext[ConformanceAsync]], Any]] = {
+    "register_callback": lambda job: job.register_callback(timeout=60),
+    "flush_progress": lambda job: job.flush_progress(),
+    "wait_for_callback": lambda job: job.wait_for_callback(
+        CallbackToken(id=uuid.uuid4(), timeout_at=timezone.now())
+    ),
+}
+
+
 @awa_django.job(ConformanceAsync, queue=QUEUE, max_attempts=3)
 async def conformance_async(job: JobContext[ConformanceAsync]) -> Any:
     calls.append(job.id)
@@ -188,6 +197,8 @@ async def conformance_async(job: JobContext[ConformanceAsync]) -> Any:
         raise ConformanceBoom("async boom")
     if job.args.mode == "park":
         return WaitForCallback(await job.aregister_callback(timeout=60))
+    if job.args.mode in BLOCKING_CALLS:
+        BLOCKING_CALLS[job.args.mode](job)  # a mistake: the sync twin, inside the loop
     job.result = {"async": True}
     return None
 
@@ -553,6 +564,22 @@ def test_an_async_handler_parks_with_aregister_callback(scheduler: str) -> None:
     assert (job.state, job.finalized_at) == ("waiting_external", None)
     assert job.callback_id is not None
     assert outcome_event(events, WaitingForCallback).job.callback_id == job.callback_id
+
+
+@pytest.mark.parametrize("method", sorted(BLOCKING_CALLS))
+def test_an_async_handler_calling_a_blocking_method_gets_a_clear_error(
+    scheduler: str, method: str
+) -> None:
+    job_id = awa_django.enqueue(ConformanceAsync(method)).id
+    job, events = run_attempt(scheduler, job_id)
+    assert (job.state, job.attempt, job.callback_id) == ("retryable", 1, None)
+    entry = only_entry(job, {"error", "type", "attempt", "at"})
+    assert entry["type"] == "builtins.RuntimeError"
+    assert entry["error"].startswith(
+        "RuntimeError: called a blocking JobContext method from an async handler; use its "
+        "async twin"
+    )
+    outcome_event(events, Retried)
 
 
 def test_the_claim_snapshot_is_what_started_carries(scheduler: str) -> None:
