@@ -145,9 +145,11 @@ class InlineRunner:
 
     # -- AttemptHost ------------------------------------------------------------------------
     def register_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
+        _refuse_inside_a_loop()
         return attempt.drive(attempt.register_callback(job, timeout), self._execute_step)
 
     def wait_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any:
+        _refuse_inside_a_loop()
         raise AwaError("wait_for_callback() cannot wait inline; run a worker for this job")
 
     async def aregister_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
@@ -157,10 +159,20 @@ class InlineRunner:
         return self.wait_for_callback(job, token)
 
     def flush_progress(self, job: JobContext[Any]) -> None:
+        _refuse_inside_a_loop()
         attempt.drive(attempt.flush_progress(job), self._execute_step)
 
     async def aflush_progress(self, job: JobContext[Any]) -> None:
         await sync_to_async(self.flush_progress)(job)
+
+
+def _refuse_inside_a_loop() -> None:
+    """An async handler called a blocking JobContext method: the worker's clear error."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(attempt.BLOCKING_FROM_ASYNC)
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
