@@ -183,6 +183,15 @@ def result_as_json(job: JobContext[Any], limit: int) -> str | None:
 
 
 # -- what a running handler asks of its row -----------------------------------------------
+# Both schedulers refuse a blocking JobContext method called from an async handler (it would
+# block the loop the handler runs on) with this message.
+BLOCKING_FROM_ASYNC = (
+    "called a blocking JobContext method from an async handler; use its async twin "
+    "(`await job.aregister_callback()`, `await job.await_for_callback()`, "
+    "`await job.aflush_progress()`)"
+)
+
+
 def register_callback(job: JobContext[Any], timeout: float) -> Steps[CallbackToken]:
     """Register a fresh callback for this attempt; StaleAttempt if it lost the job."""
     if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout < 0:

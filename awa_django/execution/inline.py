@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from typing import Any
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DataError, IntegrityError, connections, transaction
 from psycopg.pq import TransactionStatus
 
@@ -97,7 +98,9 @@ class InlineRunner:
         try:
             definition = attempt.load_handler(job)
             result = self._call(definition.handler, job)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
+            # SystemExit fails the job, as in the worker. A KeyboardInterrupt is left to
+            # propagate: here it is the caller's Ctrl-C, landing in the handler's frame.
             return attempt.outcome_of_error(job, exc)
         return attempt.outcome_of_result(job, result)
 
@@ -112,7 +115,10 @@ class InlineRunner:
         try:
             result = handler(job)
             if asyncio.iscoroutine(result):
-                result = asyncio.run(result)
+                # Not asyncio.run(): under async_to_sync, the handler's sync_to_async calls
+                # (the async JobContext twins below, `aget()` & co.) run back in this thread,
+                # on this thread's connection and transaction.
+                result = async_to_sync(_awaited)(result)
         finally:
             # Also when the handler caught its own database error and returned normally.
             if savepoint is not None:
@@ -148,22 +154,38 @@ class InlineRunner:
 
     # -- AttemptHost ------------------------------------------------------------------------
     def register_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
+        _refuse_inside_a_loop()
         return attempt.drive(attempt.register_callback(job, timeout), self._execute_step)
 
     def wait_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any:
+        _refuse_inside_a_loop()
         raise AwaError("wait_for_callback() cannot wait inline; run a worker for this job")
 
     async def aregister_callback(self, job: JobContext[Any], timeout: float) -> CallbackToken:
-        return self.register_callback(job, timeout)
+        return await sync_to_async(self.register_callback)(job, timeout)
 
     async def await_for_callback(self, job: JobContext[Any], token: CallbackToken) -> Any:
         return self.wait_for_callback(job, token)
 
     def flush_progress(self, job: JobContext[Any]) -> None:
+        _refuse_inside_a_loop()
         attempt.drive(attempt.flush_progress(job), self._execute_step)
 
     async def aflush_progress(self, job: JobContext[Any]) -> None:
-        self.flush_progress(job)
+        await sync_to_async(self.flush_progress)(job)
+
+
+def _refuse_inside_a_loop() -> None:
+    """An async handler called a blocking JobContext method: the worker's clear error."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(attempt.BLOCKING_FROM_ASYNC)
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def _dispatcher(event: Event) -> Callable[[], None]:

@@ -169,11 +169,7 @@ class Executor:
         assert loop is not None
         if threading.get_ident() == self._loop_thread:
             coro.close()
-            raise RuntimeError(
-                "called a blocking JobContext method from an async handler; use its async "
-                "twin (`await job.aregister_callback()`, `await job.await_for_callback()`, "
-                "`await job.aflush_progress()`)"
-            )
+            raise RuntimeError(attempt.BLOCKING_FROM_ASYNC)
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 

@@ -143,6 +143,22 @@ async def core_outcome_async(job: awa_django.JobContext[CoreOutcomeAsync]) -> No
         raise CoreOutcomeBoom("async boom")
 
 
+@dataclass
+class CoreOutcomeAsyncPark:
+    pass
+
+
+@awa_django.job(CoreOutcomeAsyncPark, queue=QUEUE)
+async def core_outcome_async_park(job: awa_django.JobContext[CoreOutcomeAsyncPark]) -> Any:
+    CALLS.append((job.id, job.attempt))
+    token = await job.aregister_callback(timeout=60)
+    # The ORM's async API, like the JobContext's async twins, runs on the caller's
+    # connection inline: it sees this test's uncommitted rows.
+    stored = await Job.objects.aget(id=job.id)
+    assert (stored.state, stored.callback_id) == ("running", token.id)
+    return WaitForCallback(token)
+
+
 class JobFactory(BaseJobFactory):
     # The model's db_default is statement_timestamp(), later than this test transaction's
     # now(): a row written through the ORM would not be due yet for the claim.
@@ -378,6 +394,13 @@ def test_async_handler_outcomes_inline() -> None:
     failed = Job.objects.get(id=bad)
     assert failed.state == "retryable"
     assert failed.errors[0]["error"].startswith(f"{__name__}.CoreOutcomeBoom: async boom\n")
+
+
+def test_an_async_handler_parks_inline_inside_the_callers_transaction() -> None:
+    job_id = awa_django.enqueue(CoreOutcomeAsyncPark()).id
+    job = run(job_id)
+    assert (job.state, job.errors) == ("waiting_external", [])
+    assert job.callback_id is not None and calls_of(job_id) == [1]
 
 
 # -- malformed outcomes ------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from typing import Any
@@ -17,6 +18,7 @@ from awa_django.registry import registry
 from awa_django.worker.runtime import run_worker
 from awa_django.worker.supervisor import Supervisor
 
+ZERO_ALLOWED = {"unknown_kind_grace"}
 TIMING_FLAGS = {
     "poll_interval": "seconds between polls when no NOTIFY arrives (default 0.2)",
     "heartbeat_interval": "seconds between lease heartbeats (default 30)",
@@ -27,6 +29,8 @@ TIMING_FLAGS = {
     "leader_ttl": "seconds a maintenance leader lease lasts (default 30)",
     "election_interval": "seconds between election attempts of non-leaders (default 10)",
     "shutdown_grace": "seconds in-flight jobs get to finish on SIGTERM (default 30)",
+    "unknown_kind_grace": "seconds a kind without a handler is handed back before its jobs "
+    "fail (default 3600; 0 fails them at once)",
 }
 
 
@@ -45,12 +49,19 @@ def queue_option(value: str) -> tuple[str, int]:
 
 
 def positive_seconds(value: str) -> float:
+    seconds = seconds_or_zero(value)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return seconds
+
+
+def seconds_or_zero(value: str) -> float:
     try:
         seconds = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError("must be a finite number >= 0")
     return seconds
 
 
@@ -75,7 +86,8 @@ class Command(BaseCommand):
         )
         parser.add_argument("--worker-id", help="identity shown in leases and the dashboard")
         for name, text in TIMING_FLAGS.items():
-            parser.add_argument(f"--{name.replace('_', '-')}", type=positive_seconds, help=text)
+            kind = seconds_or_zero if name in ZERO_ALLOWED else positive_seconds
+            parser.add_argument(f"--{name.replace('_', '-')}", type=kind, help=text)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["processes"] < 1:
