@@ -97,6 +97,11 @@ class Registry:
             if resolve not in self._resolvers:
                 self._resolvers.append(resolve)
 
+    @property
+    def resolves_on_demand(self) -> bool:
+        """Kinds beyond the `@job` ones may have handlers (django.tasks import paths)."""
+        return bool(self._resolvers)
+
     def job_for_args(self, args_type: type) -> JobDefinition | None:
         return self._jobs.get(kind_for(args_type))
 

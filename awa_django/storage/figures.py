@@ -182,6 +182,30 @@ def live_workers(
     return list(workers.order_by("-leader", "hostname", "pid"))
 
 
+def unhandled_kinds(*, using: str | None = None) -> dict[str, int]:
+    """Kinds with jobs waiting to run (scheduled, available, retryable) that no live worker
+    has a handler for, with how many jobs wait: what a rolling deploy hands back, or a
+    kind whose worker is missing. Empty while no worker is live (nothing to compare with).
+    Cost: one pass over the waiting jobs, like the queue depths, plus the worker rows."""
+    workers = live_workers(using=using)
+    if not workers:
+        return {}
+    handled = {kind for worker in workers for kind in (worker.kinds or [])}
+    serves_tasks = any(worker.serves_tasks for worker in workers)
+    waiting = (
+        Job.objects.using(_using(using))
+        .filter(state__in=(JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE))
+        .values("kind")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    return {
+        row["kind"]: row["n"]
+        for row in waiting
+        if row["kind"] not in handled and not (serves_tasks and "." in row["kind"])
+    }
+
+
 def format_duration(seconds: float | None) -> str:
     """Compact age for people: '42s', '3m 12s', '2h 5m', '4d 1h'; '-' for None."""
     if seconds is None:

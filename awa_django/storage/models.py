@@ -157,6 +157,15 @@ class WorkerInstance(models.Model):
     leader = models.BooleanField(default=False)
     shutting_down = models.BooleanField(default=False)
     completed_count = models.BigIntegerField(default=0)
+    # The kinds this process has handlers for, and whether it also runs django.tasks tasks
+    # (their kinds are import paths, resolved on demand): what "no live worker handles
+    # kind X" is computed from (DESIGN §4, rolling deploys).
+    # Defaults in the database too: a worker of the previous release keeps registering
+    # while a rolling deploy migrates.
+    kinds = models.JSONField(default=list, db_default=[])
+    serves_tasks = models.BooleanField(default=False, db_default=False)
+    # Lifecycle events this process dropped because its hook backlog was full.
+    hooks_dropped = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         db_table = "awa_worker_instances"

@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from awa_django.registry import registry
 from awa_django.storage.sql import workers as workers_sql
 from awa_django.worker.database import TRANSIENT_ERRORS, Database
 
@@ -27,6 +28,7 @@ class Registrar:
         is_leader: Callable[[], bool],
         completed: Callable[[], int],
         log_interval: float,
+        hooks_dropped: Callable[[], int] = lambda: 0,
     ) -> None:
         self.db = db
         self.worker_id = worker_id
@@ -34,6 +36,7 @@ class Registrar:
         self.is_leader = is_leader
         self.completed = completed
         self.log_interval = log_interval
+        self.hooks_dropped = hooks_dropped
         self.shutting_down = False
         self._last_log = (time.monotonic(), 0)
 
@@ -47,6 +50,9 @@ class Registrar:
                 leader=self.is_leader(),
                 shutting_down=self.shutting_down,
                 completed_count=self.completed(),
+                kinds=json.dumps(sorted(d.kind for d in registry.jobs())),
+                serves_tasks=registry.resolves_on_demand,
+                hooks_dropped=self.hooks_dropped(),
             )
         )
 

@@ -127,6 +127,7 @@ class Runtime:
             lambda: self.elector.is_leader,
             lambda: self.executor.completed_count,
             s.throughput_log_interval,
+            lambda: self.hook_queue.dropped,
         )
 
     def _on_rescued(self, event: Event) -> None:

@@ -181,3 +181,20 @@ def test_paginator_estimates_beyond_its_limit(django_assert_max_num_queries):
         count = paginator.count
     assert paginator.is_estimate
     assert count >= 11  # never below what the bounded count saw
+
+
+def test_unhandled_kinds_are_waiting_kinds_no_live_worker_has():
+    WorkerInstanceFactory(worker_id="w1", kinds=["send_receipt"])
+    WorkerInstanceFactory(worker_id="w2", kinds=["charge_card"], serves_tasks=True)
+    WorkerInstanceFactory(worker_id="gone", kinds=["new_kind"], last_seen_at=ago(600))
+    JobFactory.create_batch(2, kind="new_kind", state="scheduled")
+    JobFactory(kind="new_kind", state="completed")  # finished work does not count
+    JobFactory(kind="send_receipt")
+    JobFactory(kind="charge_card", state="retryable")
+    JobFactory(kind="shop.tasks.refund")  # a django.tasks kind: w2 resolves those
+    assert queues.unhandled_kinds() == {"new_kind": 2}
+
+
+def test_unhandled_kinds_is_empty_without_a_live_worker():
+    JobFactory(kind="anything")
+    assert queues.unhandled_kinds() == {}

@@ -30,6 +30,7 @@ from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.storage.sql import workers as workers_sql
+from awa_django.storage.sql.fragments import ERRORS_KEPT
 from tests.factories import JobFactory as BaseJobFactory
 
 pytestmark = pytest.mark.django_db
@@ -382,6 +383,30 @@ def test_job_set_state_if_running_on_a_job_that_is_not_running_changes_nothing(
     before = snapshot(job.id)
     assert set_state(row, Transition("failed", None, error="x", terminal=True)) == []
     assert snapshot(job.id) == before
+
+
+def test_job_set_state_if_running_caps_the_errors_it_appends_to() -> None:
+    history = [{"error": f"e{n}", "attempt": n, "at": "x"} for n in range(1, 21)]  # 20 kept
+    row = running(errors=history, max_attempts=100)
+    retry = Transition("retryable", None, run_at_mode="backoff", error="latest")
+    (moved,) = set_state(row, retry)
+    errors = moved.errors
+    # The first, a count of what was dropped, the most recent: still ERRORS_KEPT entries.
+    assert len(errors) == ERRORS_KEPT
+    assert errors[0]["error"] == "e1"
+    assert errors[1] == {"error": "2 earlier error entries omitted", "omitted": 2}
+    assert [e["error"] for e in errors[2:]] == [f"e{n}" for n in range(4, 21)] + ["latest"]
+    # Appending again grows the count, never the list.
+    again = running_again(moved)
+    (moved,) = set_state(again, retry)
+    assert len(moved.errors) == ERRORS_KEPT and moved.errors[1]["omitted"] == 3
+
+
+def running_again(row: JobSnapshot) -> JobSnapshot:
+    """The retried job claimed again (due now)."""
+    Job.objects.filter(id=row.id).update(state="available", run_at=timezone.now() - AGO)
+    (claimed,) = [r for r in claim(limit=1000) if r.id == row.id]
+    return claimed
 
 
 # -- job_progress_flush, job_get ----------------------------------------------------------

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from awa_django.conf import QueueConfig
 from awa_django.events import Event, Rescued
+from awa_django.exceptions import OutcomeNotStored
 from awa_django.execution.context import JobContext
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
@@ -209,6 +210,57 @@ def test_completer_batches_completions_into_one_statement_and_reports_stale_ones
     assert Job.objects.get(id=c.id).result == "a plain string"
     assert Job.objects.get(id=d.id).state == "running"
     assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [d.id]
+
+
+def test_a_refused_completion_fails_only_its_own_attempt() -> None:
+    JobFactory.create_batch(4)
+    a, poison, c, d = claim()
+
+    async def step(db: Database) -> tuple[list[object], list[str]]:
+        completer = Completer(db, forced=lambda: False)
+        statements = count_statements(db)
+        # Valid JSON the database cannot store (a lone surrogate escape) in one row.
+        results = {poison.id: '"\\ud800"', a.id: '{"n": 1}', c.id: None, d.id: "2"}
+        waiting = [
+            asyncio.ensure_future(completer.complete(row, results[row.id]))
+            for row in (a, poison, c, d)
+        ]
+        await until(lambda: completer.pending() == 4)
+        await completer.run_once()
+        settled = await asyncio.gather(*waiting, return_exceptions=True)
+        return list(settled), statements
+
+    (done_a, refused, done_c, done_d), statements = with_db(step)
+    # The batch, then each row alone: the neighbours complete once, on their first attempt.
+    assert statements == ["job_complete_many"] * 5
+    assert isinstance(refused, OutcomeNotStored) and "Unicode" in str(refused)
+    for done in (done_a, done_c, done_d):
+        assert isinstance(done, JobSnapshot) and (done.state, done.attempt) == ("completed", 1)
+    assert Job.objects.get(id=poison.id).state == "running"  # its attempt decides what next
+    assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [poison.id]
+
+
+def test_a_dispatcher_held_back_claims_nothing_until_allowed() -> None:
+    JobFactory.create_batch(2)
+    allowed = False
+
+    async def step(db: Database) -> tuple[list[int], list[str]]:
+        async def execute(row: JobSnapshot, release: Callable[[], None]) -> None:
+            release()
+
+        dispatcher = Dispatcher(
+            QueueConfig(Q, concurrency=5), db, execute, "w-held", 0.2, may_claim=lambda: allowed
+        )
+        statements = count_statements(db)
+        claimed = [await dispatcher.run_once()]  # held back (a full hook backlog): no query
+        nonlocal allowed
+        allowed = True
+        claimed.append(await dispatcher.run_once())
+        await asyncio.gather(*dispatcher.tasks)
+        return claimed, statements
+
+    claimed, statements = with_db(step)
+    assert claimed == [0, 2] and statements == ["job_claim_many"]
 
 
 def test_completer_run_once_with_nothing_pending_runs_no_statement() -> None:

@@ -209,3 +209,17 @@ def test_long_queue_channel_is_hashed_within_63_bytes(name: str) -> None:
 
 def test_channel_sql_mentions_the_same_limit() -> None:
     assert "63" in channel_sql("queue") and "md5(queue)" in channel_sql("queue")
+
+
+def test_hook_overflow_is_drop_or_pause() -> None:
+    assert settings_from({}).hook_overflow == "drop"
+    assert settings_from({"HOOK_OVERFLOW": "pause", "HOOK_BACKLOG": 50}).hook_backlog == 50
+    with pytest.raises(ImproperlyConfigured, match="HOOK_OVERFLOW"):
+        settings_from({"HOOK_OVERFLOW": "block"})
+
+
+def test_unknown_kind_grace_is_seconds_and_may_be_zero() -> None:
+    assert settings_from({}).unknown_kind_grace == 3600.0
+    assert settings_from({"UNKNOWN_KIND_GRACE": 0}).unknown_kind_grace == 0
+    with pytest.raises(ImproperlyConfigured, match="UNKNOWN_KIND_GRACE"):
+        settings_from({"UNKNOWN_KIND_GRACE": -1})

@@ -57,3 +57,55 @@ def test_sync_hooks_run_on_the_queue_threads_in_registration_order(clean_hooks) 
     assert [name for name, _ in seen] == ["first", "second"]
     assert seen[0][1].startswith("awa-hook")  # not the loop's default executor
     assert seen[1][1] == "MainThread"  # async hooks run on the loop
+
+
+def test_a_graceful_stop_delivers_the_backlog_in_each_jobs_order(clean_hooks) -> None:
+    seen: list[tuple[int, str]] = []
+    awa_django.on_event_kind("unit_hq_drain", lambda e: seen.append((e.job.id, type(e).__name__)))
+
+    async def scenario() -> tuple[int, int]:
+        queue = HookQueue(capacity=100, consumers=2)
+        consumers = asyncio.ensure_future(queue.run())
+        for job_id in range(10):
+            queue.put(Started(job=make_row(kind="unit_hq_drain", id=job_id)))
+            queue.put(Completed(job=make_row(kind="unit_hq_drain", id=job_id)))
+        abandoned = await queue.drain(timeout=5)
+        consumers.cancel()
+        queue.close()
+        return abandoned, queue.undelivered
+
+    assert asyncio.run(scenario()) == (0, 0)
+    assert len(seen) == 20
+    for job_id in range(10):  # per job, the order the events were put in
+        assert [name for jid, name in seen if jid == job_id] == ["Started", "Completed"]
+
+
+def test_drain_reports_what_the_grace_left_undelivered(clean_hooks) -> None:
+    release = threading.Event()
+    awa_django.on_event_kind("unit_hq_slow", lambda e: release.wait(5))
+
+    async def scenario() -> int:
+        queue = HookQueue(capacity=100, consumers=1)
+        consumers = asyncio.ensure_future(queue.run())
+        for job_id in range(3):
+            queue.put(Completed(job=make_row(kind="unit_hq_slow", id=job_id)))
+        abandoned = await queue.drain(timeout=0.2)
+        release.set()
+        consumers.cancel()
+        queue.close()
+        return abandoned
+
+    assert asyncio.run(scenario()) == 3  # one being delivered, two queued
+
+
+def test_the_pause_policy_never_drops_and_reports_a_full_backlog(clean_hooks) -> None:
+    awa_django.on_event_kind("unit_hq_pause", lambda event: None)
+
+    async def scenario() -> tuple[int, int, bool]:
+        queue = HookQueue(capacity=2, overflow="pause")
+        for job_id in range(5):
+            queue.put(Completed(job=make_row(kind="unit_hq_pause", id=job_id)))
+        queue.close()
+        return queue.pending, queue.dropped, queue.full
+
+    assert asyncio.run(scenario()) == (5, 0, True)

@@ -21,6 +21,7 @@ from awa_django.execution.outcomes import (
     event_for,
     plan,
     plan_failure,
+    plan_unknown_kind,
 )
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
@@ -293,3 +294,38 @@ def test_event_for_exhausted_and_cancelled() -> None:
     assert exhausted.error == "WaitForCallback returned without calling register_callback"
     cancelled = event_for(plan(make_row(), result=Cancel("r")), make_row(state="cancelled"))  # type: ignore[arg-type]
     assert isinstance(cancelled, Cancelled) and cancelled.reason == "r"
+
+
+# -- a kind without a handler (rolling deploys, decision 011) ------------------------------
+def test_an_unknown_kind_is_handed_back_uncounted_with_one_entry() -> None:
+    t = plan_unknown_kind(make_row(kind="core_new"), UnknownJobKind("unknown job kind"), 3600)
+    assert (t.state, t.event, t.attempt_refund, t.finalize) == ("scheduled", None, 1, False)
+    assert (t.run_at_mode, t.delay_seconds) == ("delay", outcomes.HANDBACK_SECONDS)
+    assert t.error == "no handler for kind 'core_new' in this worker: handed back"
+    assert t.error_type == "awa_django.exceptions.UnknownJobKind" and not t.terminal
+
+
+def handed_back(at: dt.datetime, **changes: Any) -> JobSnapshot:
+    entry = {"error": "handed back", "type": "awa_django.exceptions.UnknownJobKind", "at": at}
+    return make_row(errors=[{**entry, "at": at.isoformat()}], **changes)
+
+
+def test_later_hand_backs_add_no_entry_until_the_grace_ran_out() -> None:
+    row = handed_back(NOW - dt.timedelta(seconds=3599), attempted_at=NOW)
+    again = plan_unknown_kind(row, UnknownJobKind("unknown job kind: x"), 3600)
+    assert (again.state, again.error, again.attempt_refund) == ("scheduled", None, 1)
+    assert outcomes.handed_back_since(row) == NOW - dt.timedelta(seconds=3599)
+
+
+def test_after_the_grace_the_job_fails_for_good() -> None:
+    row = handed_back(NOW - dt.timedelta(seconds=3600), attempted_at=NOW)
+    failed = plan_unknown_kind(row, UnknownJobKind("unknown job kind: x"), 3600)
+    assert (failed.state, failed.event, failed.terminal) == ("failed", Exhausted, True)
+    assert failed.error == "unknown job kind: x (no worker has run this kind for 3600s)"
+
+
+def test_a_grace_of_zero_fails_at_once_and_other_entries_do_not_count() -> None:
+    at_once = plan_unknown_kind(make_row(), UnknownJobKind("unknown job kind: x"), 0)
+    assert (at_once.state, at_once.error) == ("failed", "unknown job kind: x")
+    rescued = make_row(errors=[{"error": "heartbeat stale", "at": NOW.isoformat()}])
+    assert outcomes.handed_back_since(rescued) is None
