@@ -61,7 +61,8 @@ def test_wait_for_callback_resumes_the_handler_in_place(start_worker, args):
     wait_until(lambda: row(job.id).state == "completed", what="resumed handler to finish")
     finished = row(job.id)
     assert finished.result == {"payload": {"answer": 42}}
-    assert "_awa_callback_result" not in finished.metadata
+    # The payload was taken from its own column: nothing is left behind, in it or metadata.
+    assert finished.callback_result is None and finished.metadata == {}
     assert finished.run_lease == 1  # resumed in place, not re-run
     assert worker.stop() == 0
 
@@ -75,3 +76,16 @@ def test_an_expired_callback_is_rescued_in_the_leader_with_its_reason(start_work
         HookCall.objects.filter(job_id=job.id, event="Rescued", detail="expired_callback").exists,
         what="Rescued(expired_callback) from the leader",
     )
+
+
+def test_a_sequential_wait_whose_job_is_cancelled_says_it_was_cancelled(start_worker):
+    job = awa_django.enqueue(AccWaitInPlace())
+    worker = start_worker("--queue", "acc=1")
+    wait_until(lambda: row(job.id).state == "waiting_external", what="sequential wait")
+    awa_django.Client().cancel(job.id)
+    wait_until(
+        lambda: "was cancelled while waiting for its callback" in worker.output(),
+        what="the waiting handler to learn of the cancel",
+    )
+    assert row(job.id).state == "cancelled"  # the handler's later outcome is stale
+    assert worker.stop() == 0
