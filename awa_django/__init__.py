@@ -8,8 +8,14 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from awa_django.client import Client, aenqueue, aenqueue_many, enqueue, enqueue_many
-from awa_django.client.callbacks import ResolveResult
+from awa_django.client import (
+    Client,
+    ResolveResult,
+    aenqueue,
+    aenqueue_many,
+    enqueue,
+    enqueue_many,
+)
 from awa_django.events import (
     Cancelled,
     Completed,

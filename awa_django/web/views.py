@@ -15,7 +15,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from awa_django.client.client import Client
+from awa_django.client import Client
 from awa_django.conf import AwaSettings, awa_settings
 from awa_django.exceptions import (
     CallbackNotFound,
