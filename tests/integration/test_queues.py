@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from awa_django.admin.paginator import EstimatedCountPaginator
-from awa_django.exceptions import InvalidQueueName
 from awa_django.client import Client, QueueStats
 from awa_django.display import format_duration
+from awa_django.exceptions import InvalidQueueName
 from awa_django.storage.models import Job, QueueState, WorkerInstance
 from tests.factories import JobFactory
 
