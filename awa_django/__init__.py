@@ -88,7 +88,8 @@ __all__ = [
     "sign_callback_request",
 ]
 
-# Names of the 0.1 API, kept importable for one release (docs/decisions/007-layout-and-vocabulary.md).
+# Names of the 0.1 API, kept importable for one release
+# (docs/decisions/007-layout-and-vocabulary.md).
 _RENAMED = {"Job": ("JobContext", JobContext), "JobRow": ("JobSnapshot", JobSnapshot)}
 
 

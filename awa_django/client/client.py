@@ -27,6 +27,7 @@ from awa_django.codec import dumps, storable_text
 from awa_django.conf import awa_settings, validate_queue_name
 from awa_django.events import Cancelled
 from awa_django.exceptions import JobNotFound
+from awa_django.registry import registry
 from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
@@ -269,6 +270,14 @@ class Client:
         staleness), leader first."""
         return _figures().live_workers(within_seconds, using=self.using)
 
+    def known_queues(self) -> set[str]:
+        """Queue names known without scanning the jobs: configured in `AWA["QUEUES"]`,
+        declared by a `@job`, or paused or resumed once (at most 200 of those)."""
+        known = set(awa_settings().queues)
+        known.update(definition.queue for definition in registry.jobs())
+        known.update(_figures().queues_with_state(using=self.using))
+        return known
+
     async def apause_queue(self, queue: str, *, by: str = "") -> QueueState:
         return await sync_to_async(self.pause_queue)(queue, by=by)
 
@@ -280,6 +289,9 @@ class Client:
 
     async def alive_workers(self, within_seconds: float | None = None) -> list[LiveWorker]:
         return await sync_to_async(self.live_workers)(within_seconds)
+
+    async def aknown_queues(self) -> set[str]:
+        return await sync_to_async(self.known_queues)()
 
     # -- callbacks (DESIGN §6; callbacks.py) --------------------------------------------
     def complete_external(

@@ -18,7 +18,14 @@ from awa_django.snapshot import LiveWorker, QueueStats
 from awa_django.states import DEPTH_STATES, JobState
 from awa_django.storage.models import Job, QueueState, WorkerInstance
 
-__all__ = ["DEPTH_STATES", "LiveWorker", "QueueStats", "live_workers", "queue_stats"]
+__all__ = [
+    "DEPTH_STATES",
+    "LiveWorker",
+    "QueueStats",
+    "live_workers",
+    "queue_stats",
+    "queues_with_state",
+]
 
 
 def _using(using: str | None) -> str:
@@ -122,3 +129,9 @@ def live_workers(
 
 def _live_worker(row: WorkerInstance) -> LiveWorker:
     return LiveWorker(**{f.name: getattr(row, f.name) for f in fields(LiveWorker)})
+
+
+def queues_with_state(limit: int = 200, *, using: str | None = None) -> list[str]:
+    """Names of queues that were ever paused (a row of the small queue-state table)."""
+    names = QueueState.objects.using(_using(using)).values_list("queue", flat=True)
+    return list(names.order_by("queue")[:limit])

@@ -32,6 +32,7 @@ from django.utils.module_loading import import_string
 from awa_django.client import Client
 from awa_django.conf import MAX_MAX_ATTEMPTS, MIN_MAX_ATTEMPTS, QUEUE_NAME_RE, awa_settings
 from awa_django.exceptions import (
+    InvalidEnqueueOption,
     InvalidQueueName,
     JobNotFound,
     PayloadTooLarge,
@@ -119,7 +120,7 @@ class AwaBackend(BaseTaskBackend):
                 run_at=run_at,
                 max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
             )
-        except InvalidQueueName as exc:
+        except (InvalidQueueName, InvalidEnqueueOption) as exc:  # e.g. a 300-char module path
             raise InvalidTask(str(exc)) from exc
         except (SerializationError, PayloadTooLarge) as exc:
             raise ValueError(f"cannot enqueue task {task.module_path}: {exc}") from exc

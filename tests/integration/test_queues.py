@@ -4,12 +4,17 @@ against the real database."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from dataclasses import dataclass
 
 import factory
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
 from django.utils import timezone
 
+import awa_django
 from awa_django.admin.paginator import EstimatedCountPaginator
 from awa_django.client import Client, QueueStats
 from awa_django.display import format_duration
@@ -120,6 +125,45 @@ def test_pause_rejects_a_bad_queue_name():
     with pytest.raises(InvalidQueueName):
         Client().pause_queue("no spaces allowed")
     assert not QueueState.objects.exists()
+
+
+def test_paused_by_is_stored_whatever_text_it_gets():
+    with transaction.atomic():
+        state = Client().pause_queue("email", by="nul\x00 lone\ud800 " + "x" * 300)
+        assert QueueState.objects.get(queue="email").paused_by == state.paused_by
+    assert "\x00" not in state.paused_by and len(state.paused_by) == 200
+
+
+@dataclass
+class QueuesDeclared:
+    n: int
+
+
+@awa_django.job(QueuesDeclared, queue="queues-declared")
+def queues_declared(job: awa_django.JobContext[QueuesDeclared]) -> None:
+    return None
+
+
+def test_known_queues_are_configured_declared_or_paused_once():
+    Client().pause_queue("reports")
+    Client().resume_queue("reports")
+    known = Client().known_queues()
+    assert {"default", "email", "reports"} <= known  # AWA["QUEUES"] and the queue state
+    assert "queues-declared" in known  # by the @job above
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queue_operations_have_async_twins():
+    async def operate() -> tuple[bool, bool, list[str]]:
+        client = Client()
+        paused = await client.apause_queue("email", by="ops")
+        resumed = await client.aresume_queue("email")
+        stats = await client.aqueue_stats()
+        await sync_to_async(connections.close_all)()
+        return paused.paused, resumed.paused, [q.queue for q in stats]
+
+    paused, resumed, names = asyncio.run(operate())
+    assert (paused, resumed) == (True, False) and "email" in names
 
 
 def test_live_workers_are_the_recently_seen_ones_leader_first():
