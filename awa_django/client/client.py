@@ -41,7 +41,8 @@ MAX_PAUSED_BY_CHARS = 200  # awa_queue_state.paused_by is varchar(200)
 
 class Client:
     """Operations on jobs and queues through Django's database connection `using`
-    (default: `AWA["DATABASE"]`). Every verb has an `a`-prefixed async twin."""
+    (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
+    `a`-prefixed async twin."""
 
     def __init__(self, using: str | None = None) -> None:
         self._using = using
