@@ -3,7 +3,7 @@
 # in .pgdata/ (started for the command, stopped afterwards).
 #
 #   make demo     migrate, start a worker, run the example jobs, print what happened
-#   make test     ruff, format check, makemigrations --check, mypy, pytest
+#   make test     ruff, format check, makemigrations --check, mypy, import contracts, pytest
 #   make admin    migrate and serve the admin on http://127.0.0.1:8000/admin/
 #   make db-start / db-stop / db-status   keep the embedded PostgreSQL running by hand
 

@@ -8,8 +8,14 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from awa_django.client import Client, aenqueue, aenqueue_many, enqueue, enqueue_many
-from awa_django.client.callbacks import ResolveResult
+from awa_django.client import (
+    Client,
+    ResolveResult,
+    aenqueue,
+    aenqueue_many,
+    enqueue,
+    enqueue_many,
+)
 from awa_django.events import (
     Cancelled,
     Completed,
@@ -82,7 +88,8 @@ __all__ = [
     "sign_callback_request",
 ]
 
-# Names of the 0.1 API, importable for one more release (decisions/007-layout-and-vocabulary).
+# Names of the 0.1 API, kept importable for one release
+# (docs/decisions/007-layout-and-vocabulary.md).
 _RENAMED = {"Job": ("JobContext", JobContext), "JobRow": ("JobSnapshot", JobSnapshot)}
 
 

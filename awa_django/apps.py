@@ -14,7 +14,7 @@ class AwaConfig(AppConfig):
     def ready(self) -> None:
         autodiscover_modules("jobs")
         from awa_django import checks  # noqa: F401  (registers the system checks)
-        from awa_django.tasks.runner import install as install_task_backend
+        from awa_django.tasks.backend import install as install_task_backend
 
         # The django.tasks resolver and signal hook; a no-op unless TASKS uses AwaBackend.
         install_task_backend()

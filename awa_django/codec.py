@@ -14,13 +14,18 @@ from awa_django.exceptions import InvalidJobArgs, PayloadTooLarge, Serialization
 # A NUL character in a JSON string is the escape \u0000 preceded by an even number of
 # backslashes; after an odd number it is the literal text "\u0000", which jsonb accepts.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-# json.dumps escapes every non-ASCII character, so a surrogate appears as \udXXX. A high
-# one followed by a low one is a pair (one astral character, stored fine); any other is
-# lone, and neither UTF-8 nor jsonb can hold it. Pairs are matched first so their halves
-# are never reported alone; group 1 is a lone one.
-_SURROGATE_ESCAPE = re.compile(
-    r"(?<!\\)(?:\\\\)*\\u(?:d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|(d[89a-f][0-9a-f]{2}))"
+# Every escape of a JSON text, one match each, left to right: an escaped backslash is
+# consumed whole, so the "ud800" after it is plain text. A surrogate pair (high then low,
+# how json escapes a character beyond U+FFFF) is one match; group 1 is a lone surrogate.
+_ESCAPE = re.compile(
+    r"\\(?:u(?:d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|(d[89a-f][0-9a-f]{2})|[0-9a-f]{4})|.)"
 )
+# Containers nested deeper than this are refused: PostgreSQL's jsonb parser and Python's
+# json module both recurse, and no real payload needs more.
+MAX_JSON_DEPTH = 100
+# A JSON string literal, to skip while counting brackets.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 # In a Python str any surrogate code point is lone: a decoded pair is one character.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -43,31 +48,64 @@ def dumps(value: Any, *, what: str, limit: int | None = None) -> str:
     """Serialise to compact JSON; SerializationError / PayloadTooLarge on bad input."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except (TypeError, ValueError) as exc:
         raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
+    except RecursionError:
+        raise _too_deep(what) from None
     return _checked(text, what, limit)
 
 
 def _checked(text: str, what: str, limit: int | None) -> str:
-    # The substring tests keep the hot path (enqueue_many) to one scan of the text each;
-    # the regexes run only when an escape of the kind is present at all.
+    """`text` if PostgreSQL's jsonb will take it, else a SerializationError / PayloadTooLarge.
+    Each check looks for a cheap sign first: this runs once per job on the enqueue path."""
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
-    if "\\ud" in text:
-        _reject_lone_surrogates(text, what)
+    _reject_lone_surrogates(text, what)
+    if _brackets(text) > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+        raise _too_deep(what)
     if limit is not None and len(text) > limit:
         raise PayloadTooLarge(f"{what} is {len(text)} bytes of JSON; the limit is {limit}")
     return text
 
 
 def _reject_lone_surrogates(text: str, what: str) -> None:
-    """json.dumps escapes every surrogate as \\udXXX: a pair is one character (an emoji),
-    a lone one is text that UTF-8, and so PostgreSQL, cannot hold."""
-    if any(m.group(1) for m in _SURROGATE_ESCAPE.finditer(text)):
+    """A lone surrogate (U+D800..U+DFFF unpaired, e.g. from bytes decoded with
+    errors='surrogateescape') is not valid Unicode: jsonb refuses its escape, and UTF-8
+    cannot encode it raw. json writes one as the escape \\udXXX (ensure_ascii)."""
+    if "\\ud" in text and any(m.group(1) for m in _ESCAPE.finditer(text)):
         raise SerializationError(
-            f"{what} contains a lone surrogate (half of a UTF-16 pair), which PostgreSQL "
-            "cannot store; decode the text it came from with errors='replace'"
+            f"{what} contains a lone surrogate (unpaired U+D800..U+DFFF), which is not valid "
+            "Unicode text: it usually comes from bytes decoded with errors='surrogateescape'"
         )
+    if not text.isascii():  # only text serialised with ensure_ascii=False gets here
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SerializationError(f"{what} contains a lone surrogate") from None
+
+
+def _brackets(text: str) -> int:
+    """Opening brackets in `text`, strings included: a bound on the depth, counted fast."""
+    return text.count("[") + text.count("{")
+
+
+def _depth(text: str) -> int:
+    """How deeply containers nest in the JSON `text` (brackets inside strings skipped)."""
+    depth = deepest = 0
+    for char in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _too_deep(what: str) -> SerializationError:
+    return SerializationError(
+        f"{what} nests lists or dicts more than {MAX_JSON_DEPTH} levels deep: flatten it, "
+        "or store the data elsewhere and pass its id"
+    )
 
 
 def encode_args_json(args: Any, *, what: str, limit: int | None = None) -> str:
@@ -76,8 +114,10 @@ def encode_args_json(args: Any, *, what: str, limit: int | None = None) -> str:
     if isinstance(args, dict) or (dataclasses.is_dataclass(args) and not isinstance(args, type)):
         try:
             text = json.dumps(args, separators=(",", ":"), allow_nan=False, default=_plain)
-        except (TypeError, ValueError, RecursionError) as exc:
+        except (TypeError, ValueError) as exc:
             raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
+        except RecursionError:
+            raise _too_deep(what) from None
         return _checked(text, what, limit)
     return dumps(encode_args(args), what=what, limit=limit)
 
@@ -91,7 +131,10 @@ def _plain(value: Any) -> Any:
 def encode_args(args: Any) -> dict[str, Any]:
     """A dataclass instance (or a plain dict) as a JSON-ready dict."""
     if dataclasses.is_dataclass(args) and not isinstance(args, type):
-        return dataclasses.asdict(args)
+        try:
+            return dataclasses.asdict(args)
+        except RecursionError:
+            raise _too_deep("job args") from None
     if isinstance(args, dict):
         return args
     raise SerializationError(

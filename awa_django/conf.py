@@ -27,7 +27,15 @@ from django.dispatch import receiver
 
 # \Z, not $: `$` also matches before a trailing newline ("default\n" would pass).
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}\Z")
+
+# A job's defaults, defined here once: enqueue, `@job`, the model and the admin use them.
 DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 2  # lower runs first; Awa's scale is 1 (urgent) .. 4 (batch)
+DEFAULT_MAX_ATTEMPTS = 25
+# The ranges the model's check constraints enforce. Priority -98..102 admits the whole
+# django.tasks range mapped as 2 - p (docs/decisions/001-priority-mapping.md).
+MIN_PRIORITY, MAX_PRIORITY = -98, 102
+MIN_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS = 1, 1000
 HOOK_OVERFLOW_POLICIES = ("drop", "pause")
 
 

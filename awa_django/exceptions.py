@@ -30,8 +30,9 @@ class InvalidQueueName(AwaError):
     """Queue names are 1-200 characters of letters, digits, '_', '-', '.' and ':'."""
 
 
-class InvalidEnqueueOption(AwaError):
-    """An enqueue option (priority, max_attempts, tags, ...) is out of range."""
+class InvalidEnqueueOption(AwaError, ValueError):
+    """An enqueue option (kind, priority, max_attempts, tags, ...) is out of range, here or
+    in the `@job` declaration that supplies its default."""
 
 
 class JobNotFound(AwaError):

@@ -1,15 +1,17 @@
-"""`JobSnapshot`: an immutable snapshot of one committed `awa_jobs_hot` row."""
+"""Immutable snapshots the Client hands out: `JobSnapshot` (one committed `awa_jobs_hot`
+row), and the operators' figures `QueueStats` (one queue at one moment) and `LiveWorker`
+(one worker process as it last reported in)."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from awa_django.states import TERMINAL_STATES
+from awa_django.states import DEPTH_STATES, TERMINAL_STATES, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +68,63 @@ class JobSnapshot:
 JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result", "django_task")
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobSnapshot))
 _JSON_INDEXES = tuple(COLUMNS.index(name) for name in JSON_COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """The figures of one queue at one moment."""
+
+    queue: str
+    depth: dict[str, int] = field(default_factory=dict)
+    completed_last_minute: int = 0
+    completed_in_window: int = 0
+    window_minutes: int = 5
+    lag_seconds: float | None = None  # age of the oldest available job; None when none
+    paused: bool = False
+    paused_by: str = ""
+    paused_at: datetime | None = None
+
+    @property
+    def running(self) -> int:
+        return self.depth.get(JobState.RUNNING, 0)
+
+    @property
+    def available(self) -> int:
+        return self.depth.get(JobState.AVAILABLE, 0)
+
+    @property
+    def throughput_per_minute(self) -> float:
+        return self.completed_in_window / self.window_minutes
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "queue": self.queue,
+            "depth": {s: self.depth.get(s, 0) for s in DEPTH_STATES},
+            "running": self.running,
+            "completed_last_minute": self.completed_last_minute,
+            "completed_in_window": self.completed_in_window,
+            "window_minutes": self.window_minutes,
+            "throughput_per_minute": round(self.throughput_per_minute, 2),
+            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+            "paused": self.paused,
+            "paused_by": self.paused_by,
+            "paused_at": self.paused_at.isoformat() if self.paused_at else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LiveWorker:
+    """One worker process as it last reported in (a row of `awa_worker_instances`)."""
+
+    worker_id: str
+    hostname: str
+    pid: int
+    queues: Any  # as the runtime registered it: {queue: concurrency}
+    started_at: datetime
+    last_seen_at: datetime
+    leader: bool
+    shutting_down: bool
+    completed_count: int
+    kinds: list[str] = field(default_factory=list)  # the kinds it has handlers for
+    serves_tasks: bool = False  # also resolves django.tasks kinds (import paths)
+    hooks_dropped: int = 0  # lifecycle events its full hook backlog dropped

@@ -20,3 +20,6 @@ TERMINAL_STATES: frozenset[str] = frozenset(
     {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
 )
 DEFERRED_STATES: frozenset[str] = frozenset({JobState.SCHEDULED, JobState.RETRYABLE})
+# Depth counts every state but `completed`: completed rows pile up until pruning and are
+# reported as throughput instead, so the count never walks the retained history.
+DEPTH_STATES: tuple[str, ...] = tuple(s for s in JobState.values if s != JobState.COMPLETED)

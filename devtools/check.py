@@ -1,4 +1,4 @@
-"""The README's test command: lint, format, migrations, types, then the test suite.
+"""The README's test command: lint, format, migrations, types, layers, then the test suite.
 
     python devtools/check.py [PYTEST ARG ...]
 
@@ -41,6 +41,8 @@ def steps(pytest_args: Sequence[str]) -> list[tuple[str, list[str]]]:
         ("ruff format", [str(BIN / "ruff"), "format", "--check", "."]),
         ("migrations", [python, "manage.py", "makemigrations", "--check", "--dry-run"]),
         ("mypy", [str(BIN / "mypy"), "awa_django"]),
+        # The layer rules of docs/decisions/007-layout-and-vocabulary.md ([tool.importlinter]).
+        ("imports", [str(BIN / "lint-imports"), "--no-cache"]),
         # --durations names the slow tests, to keep the suite's time in check.
         ("pytest", [python, "-m", "pytest", "--durations=10", *pytest_args]),
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import factory
 
+from awa_django.conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa_django.storage.models import Job
 
 
@@ -12,8 +13,8 @@ class JobFactory(factory.django.DjangoModelFactory):
         model = Job
 
     kind = "send_receipt"
-    queue = "default"
+    queue = DEFAULT_QUEUE
     args = factory.Sequence(lambda n: {"order_id": n})
     state = "available"
-    priority = 2
-    max_attempts = 25
+    priority = DEFAULT_PRIORITY
+    max_attempts = DEFAULT_MAX_ATTEMPTS

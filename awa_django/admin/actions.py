@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
-from awa_django.client.client import Client
+from awa_django.client import Client
 from awa_django.exceptions import CallbackNotFound
 from awa_django.states import JobState
 from awa_django.storage.models import Job

@@ -7,15 +7,16 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import router
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
 from awa_django.admin.forms import QueueOperationForm
+from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats
+from awa_django.display import format_duration
 from awa_django.states import JobState
-from awa_django.storage import figures as queues
-from awa_django.storage.models import WorkerInstance
 
 PAUSE_PERMISSION = "awa_django.pause_queue"
 WINDOW_MINUTES = 5
@@ -24,15 +25,16 @@ WINDOW_MINUTES = 5
 def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    stats = queues.queue_stats(WINDOW_MINUTES)
+    client = _client(model_admin)
+    stats = client.queue_stats(WINDOW_MINUTES)
     changelist = reverse(f"{model_admin.admin_site.name}:awa_django_job_changelist")
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Queue dashboard",
         "opts": model_admin.model._meta,
-        "states": queues.DEPTH_STATES,
+        "states": DEPTH_STATES,
         "queues": [_queue_row(q, changelist) for q in stats],
-        "workers": [_worker_row(w) for w in queues.live_workers()],
+        "workers": [_worker_row(w) for w in client.live_workers()],
         "window_minutes": WINDOW_MINUTES,
         "can_pause": request.user.has_perm(PAUSE_PERMISSION),
         "operation_url": reverse(f"{model_admin.admin_site.name}:awa_django_queue_operation"),
@@ -42,18 +44,23 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
     return TemplateResponse(request, "admin/awa_django/dashboard.html", context)
 
 
-def _queue_row(stats: queues.QueueStats, changelist: str) -> dict[str, Any]:
+def _client(model_admin: Any) -> Client:
+    """A Client on the database the admin writes jobs to."""
+    return Client(router.db_for_write(model_admin.model))
+
+
+def _queue_row(stats: QueueStats, changelist: str) -> dict[str, Any]:
     def link(state: str) -> str:
         return changelist + "?" + urlencode({"queue": stats.queue, "state__exact": state})
 
     return {
         "name": stats.queue,
-        "depth": [(s, stats.depth.get(s, 0), link(s)) for s in queues.DEPTH_STATES],
+        "depth": [(s, stats.depth.get(s, 0), link(s)) for s in DEPTH_STATES],
         "running": stats.running,
         "completed_last_minute": stats.completed_last_minute,
         "completed_in_window": stats.completed_in_window,
         "per_minute": f"{stats.throughput_per_minute:.1f}",
-        "lag": queues.format_duration(stats.lag_seconds),
+        "lag": format_duration(stats.lag_seconds),
         "paused": stats.paused,
         "paused_by": stats.paused_by,
         "paused_at": stats.paused_at,
@@ -61,12 +68,12 @@ def _queue_row(stats: queues.QueueStats, changelist: str) -> dict[str, Any]:
     }
 
 
-def _worker_row(worker: WorkerInstance) -> dict[str, Any]:
+def _worker_row(worker: LiveWorker) -> dict[str, Any]:
     seen = (timezone.now() - worker.last_seen_at).total_seconds()
     return {
         "worker": worker,
         "queues": _queue_names(worker.queues),
-        "seen_ago": queues.format_duration(max(seen, 0.0)),
+        "seen_ago": format_duration(max(seen, 0.0)),
     }
 
 
@@ -92,9 +99,9 @@ def queue_operation_view(model_admin: Any, request: HttpRequest) -> HttpResponse
         return HttpResponseRedirect(target)
     queue = form.cleaned_data["queue"]
     if form.cleaned_data["operation"] == "pause":
-        queues.pause_queue(queue, by=request.user.get_username())
+        _client(model_admin).pause_queue(queue, by=request.user.get_username())
         messages.success(request, f"Queue {queue} paused: workers claim no new jobs from it.")
     else:
-        queues.resume_queue(queue)
+        _client(model_admin).resume_queue(queue)
         messages.success(request, f"Queue {queue} resumed.")
     return HttpResponseRedirect(target)

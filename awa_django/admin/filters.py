@@ -1,10 +1,10 @@
 """List filters of the job admin whose choices never scan the jobs table.
 
 A `SELECT DISTINCT kind` over millions of rows would run on every list page, so the
-choices come from what the process already knows: registered job definitions, configured
-queues and the (small) queue-state table, plus the value currently filtered on, so a
-link to an unlisted kind or queue still shows as selected. Filtering itself uses the
-(kind, state) and (queue, state) indexes.
+choices come from what the process already knows: registered job definitions and, for
+queues, `Client.known_queues()` (configured, declared, or paused once), plus the value
+currently filtered on, so a link to an unlisted kind or queue still shows as selected.
+Filtering itself uses the (kind, state) and (queue, state) indexes.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from awa_django.conf import awa_settings
+from awa_django.client import Client
 from awa_django.registry import registry
-from awa_django.storage.models import QueueState
 
 
 class _ExactValueFilter(admin.SimpleListFilter):
@@ -46,10 +45,7 @@ class QueueFilter(_ExactValueFilter):
     field = "queue"
 
     def known_values(self, request: HttpRequest) -> set[str]:
-        queues = set(awa_settings().queues)
-        queues.update(d.queue for d in registry.jobs())
-        queues.update(QueueState.objects.values_list("queue", flat=True)[:200])
-        return queues
+        return Client().known_queues()
 
 
 class KindFilter(_ExactValueFilter):

@@ -26,8 +26,8 @@ from django.utils.safestring import SafeString
 from awa_django.admin import actions, dashboard, detail
 from awa_django.admin.filters import KindFilter, QueueFilter
 from awa_django.admin.paginator import EstimatedCountPaginator
+from awa_django.display import format_duration
 from awa_django.states import TERMINAL_STATES
-from awa_django.storage.figures import format_duration
 from awa_django.storage.models import ActiveLease, Job
 
 LAST_ERROR_CHARS = 80

@@ -1,6 +1,21 @@
 """The Client: the one way to change a job or a queue (enqueue, operator actions, callback
-resolution), on Django's connection so it joins the caller's transaction."""
+resolution) and to read the operators' figures, on Django's connection so it joins the
+caller's transaction. Surfaces import from here, never from `awa_django.storage`."""
 
-from awa_django.client.client import Client, aenqueue, aenqueue_many, enqueue, enqueue_many
+from awa_django.client.callbacks import ResolveResult
+from awa_django.client.client import Client
+from awa_django.client.shortcuts import aenqueue, aenqueue_many, enqueue, enqueue_many
+from awa_django.snapshot import LiveWorker, QueueStats
+from awa_django.states import DEPTH_STATES
 
-__all__ = ["Client", "aenqueue", "aenqueue_many", "enqueue", "enqueue_many"]
+__all__ = [
+    "DEPTH_STATES",
+    "Client",
+    "LiveWorker",
+    "QueueStats",
+    "ResolveResult",
+    "aenqueue",
+    "aenqueue_many",
+    "enqueue",
+    "enqueue_many",
+]

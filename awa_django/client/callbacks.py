@@ -1,9 +1,10 @@
 """Callback resolution: how an outside system finishes a job parked on a callback.
 
-`Client` inherits these methods (DESIGN §6, reference T12-T15; docs/callbacks.md). Each
-runs one guarded statement in the caller's transaction and dispatches its event once the
-outermost transaction commits, in this process only. Zero rows (unknown id, already
-resolved, timed out, wrong state or wrong run_lease) raise CallbackNotFound.
+The `Client`'s callback verbs call these functions with its database alias (DESIGN §6,
+reference T12-T15; docs/callbacks.md). Each checks its input, runs one guarded statement in
+the caller's transaction and dispatches its event once the outermost transaction commits,
+in this process only. Zero rows (unknown id, already resolved, timed out, wrong state or
+wrong run_lease) raise CallbackNotFound.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from awa_django.client.delivery import dispatch_on_commit
 from awa_django.codec import dumps, storable_text, unstorable_character
 from awa_django.conf import awa_settings
-from awa_django.events import Completed, Event, Exhausted, Retried
+from awa_django.events import Completed, Exhausted, Retried
 from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.query import Query
@@ -42,158 +42,99 @@ class ResolveResult:
     payload: Any
 
 
-class CallbackResolution:
-    """The callback verbs of `Client`; it supplies `using` and `_on_commit`."""
+# Each runs one guarded statement in the caller's transaction (or its own) on Django's
+# connection `using`, and dispatches its event once the outermost transaction commits.
+def complete_external(using: str, callback_id: uuid.UUID | str, run_lease: object) -> JobSnapshot:
+    with transaction.atomic(using=using):
+        return _complete(using, _callback_uuid(callback_id), run_lease)
 
-    @property
-    def using(self) -> str:
-        raise NotImplementedError
 
-    def _on_commit(self, events: Sequence[Event]) -> None:
-        raise NotImplementedError
+def fail_external(
+    using: str, callback_id: uuid.UUID | str, error: object, run_lease: object
+) -> JobSnapshot:
+    with transaction.atomic(using=using):
+        return _fail(using, _callback_uuid(callback_id), _error_text(error), run_lease)
 
-    # Each runs one guarded statement in the caller's transaction and dispatches its event
-    # once the outermost transaction commits. Zero rows (unknown id, already resolved,
-    # timed out, wrong state or wrong run_lease) raise CallbackNotFound.
-    def complete_external(
-        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        """Complete a waiting_external (or still running) job. Fires Completed(duration 0).
-        The payload is not stored; use `resume_external` to hand one to a waiting handler."""
-        with transaction.atomic(using=self.using):
-            return self._complete(_callback_uuid(callback_id), run_lease)
 
-    def fail_external(
-        self, callback_id: uuid.UUID | str, error: str, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        """Fail a waiting_external (or still running) job for good. Fires Exhausted."""
-        with transaction.atomic(using=self.using):
-            return self._fail(_callback_uuid(callback_id), _error_text(error), run_lease)
+def retry_external(using: str, callback_id: uuid.UUID | str) -> JobSnapshot:
+    query = callbacks_sql.job_retry_external(callback_id=_callback_uuid(callback_id))
+    with transaction.atomic(using=using):
+        retried = query.run(using)
+        if retried is None:
+            raise _not_found(callback_id, "retry_external")
+        job, parked_attempt = retried
+        events = [Retried(job=job, attempt=parked_attempt, next_run_at=job.run_at)]
+        dispatch_on_commit(events, using)
+    return job
 
-    def retry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
-        """Make a waiting_external job available again with its attempts reset. Fires
-        Retried (attempt = the parked attempt, next_run_at = the new run_at)."""
-        query = callbacks_sql.job_retry_external(callback_id=_callback_uuid(callback_id))
-        with transaction.atomic(using=self.using):
-            retried = query.run(self.using)
-            if retried is None:
-                raise _not_found(callback_id, "retry_external")
-            job, parked_attempt = retried
-            self._on_commit([Retried(job=job, attempt=parked_attempt, next_run_at=job.run_at)])
-        return job
 
-    def resume_external(
-        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        """Hand `payload` to the handler waiting in `wait_for_callback`; the job is running
-        again. Fires nothing: the resumed attempt reports its own outcome."""
-        query = callbacks_sql.job_resume_external(
-            callback_id=_callback_uuid(callback_id),
-            run_lease=_run_lease(run_lease),
-            payload=dumps(payload, what="callback payload", limit=awa_settings().max_args_bytes),
+def resume_external(
+    using: str, callback_id: uuid.UUID | str, payload: Any, run_lease: object
+) -> JobSnapshot:
+    query = callbacks_sql.job_resume_external(
+        callback_id=_callback_uuid(callback_id),
+        run_lease=_run_lease(run_lease),
+        payload=dumps(payload, what="callback payload", limit=awa_settings().max_args_bytes),
+    )
+    with transaction.atomic(using=using):
+        return _one(using, query, callback_id, "resume_external")
+
+
+def heartbeat_callback(using: str, callback_id: uuid.UUID | str, timeout: object) -> JobSnapshot:
+    query = callbacks_sql.job_heartbeat_callback(
+        callback_id=_callback_uuid(callback_id), timeout_seconds=_timeout(timeout)
+    )
+    with transaction.atomic(using=using):
+        return _one(using, query, callback_id, "heartbeat_callback")
+
+
+def resolve_callback(
+    using: str,
+    callback_id: uuid.UUID | str,
+    payload: Any,
+    default_action: DefaultAction,
+    run_lease: object,
+) -> ResolveResult:
+    if default_action not in ("complete", "fail", "ignore"):
+        raise InvalidCallbackOption(
+            f'default_action must be "complete", "fail" or "ignore", got {default_action!r}'
         )
-        with transaction.atomic(using=self.using):
-            return self._one(query, callback_id, "resume_external")
+    cb, lease = _callback_uuid(callback_id), _run_lease(run_lease)
+    with transaction.atomic(using=using):
+        locked = callbacks_sql.job_lock_by_callback(callback_id=cb, run_lease=lease)
+        job = _one(using, locked, cb, "resolve_callback")
+        if default_action == "complete":
+            job = _complete(using, cb, lease)
+        elif default_action == "fail":
+            job = _fail(using, cb, DEFAULT_ACTION_FAIL_ERROR, lease)
+    return ResolveResult(outcome=default_action, job=job, payload=payload)
 
-    def heartbeat_callback(
-        self, callback_id: uuid.UUID | str, timeout: float = 3600
-    ) -> JobSnapshot:
-        """Push a waiting_external job's callback timeout to now + `timeout` seconds
-        (database clock). Fires nothing."""
-        query = callbacks_sql.job_heartbeat_callback(
-            callback_id=_callback_uuid(callback_id), timeout_seconds=_timeout(timeout)
-        )
-        with transaction.atomic(using=self.using):
-            return self._one(query, callback_id, "heartbeat_callback")
 
-    def resolve_callback(
-        self,
-        callback_id: uuid.UUID | str,
-        payload: Any = None,
-        default_action: DefaultAction = "ignore",
-        *,
-        run_lease: int | None = None,
-    ) -> ResolveResult:
-        """Apply `default_action` to a pending callback, with the row locked FOR UPDATE.
+def _complete(using: str, callback_id: uuid.UUID, run_lease: object) -> JobSnapshot:
+    query = callbacks_sql.job_complete_external(
+        callback_id=callback_id, run_lease=_run_lease(run_lease)
+    )
+    job = _one(using, query, callback_id, "complete_external")
+    dispatch_on_commit([Completed(job=job, duration=dt.timedelta(0))], using)
+    return job
 
-        Awa decides with CEL expressions stored at registration; awa-django has no CEL, so
-        the default action always applies: "complete" (fires Completed), "fail" (error
-        "callback failed: default action", fires Exhausted) or "ignore" (no change, no
-        event; the callback stays pending).
-        """
-        if default_action not in ("complete", "fail", "ignore"):
-            raise InvalidCallbackOption(
-                f'default_action must be "complete", "fail" or "ignore", got {default_action!r}'
-            )
-        cb, lease = _callback_uuid(callback_id), _run_lease(run_lease)
-        with transaction.atomic(using=self.using):
-            locked = callbacks_sql.job_lock_by_callback(callback_id=cb, run_lease=lease)
-            job = self._one(locked, cb, "resolve_callback")
-            if default_action == "complete":
-                job = self._complete(cb, run_lease)
-            elif default_action == "fail":
-                job = self._fail(cb, DEFAULT_ACTION_FAIL_ERROR, run_lease)
-        return ResolveResult(outcome=default_action, job=job, payload=payload)
 
-    def _complete(self, callback_id: uuid.UUID, run_lease: int | None) -> JobSnapshot:
-        query = callbacks_sql.job_complete_external(
-            callback_id=callback_id, run_lease=_run_lease(run_lease)
-        )
-        job = self._one(query, callback_id, "complete_external")
-        self._on_commit([Completed(job=job, duration=dt.timedelta(0))])
-        return job
+def _fail(using: str, callback_id: uuid.UUID, error: str, run_lease: object) -> JobSnapshot:
+    query = callbacks_sql.job_fail_external(
+        callback_id=callback_id, run_lease=_run_lease(run_lease), error=error
+    )
+    job = _one(using, query, callback_id, "fail_external")
+    dispatch_on_commit([Exhausted(job=job, error=error, attempt=job.attempt)], using)
+    return job
 
-    def _fail(self, callback_id: uuid.UUID, error: str, run_lease: int | None) -> JobSnapshot:
-        query = callbacks_sql.job_fail_external(
-            callback_id=callback_id, run_lease=_run_lease(run_lease), error=error
-        )
-        job = self._one(query, callback_id, "fail_external")
-        self._on_commit([Exhausted(job=job, error=error, attempt=job.attempt)])
-        return job
 
-    def _one(self, query: Query[JobSnapshot | None], callback_id: object, verb: str) -> JobSnapshot:
-        job = query.run(self.using)
-        if job is None:
-            raise _not_found(callback_id, verb)
-        return job
-
-    # -- async twins --------------------------------------------------------------------
-    async def acomplete_external(
-        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        return await sync_to_async(self.complete_external)(
-            callback_id, payload, run_lease=run_lease
-        )
-
-    async def afail_external(
-        self, callback_id: uuid.UUID | str, error: str, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        return await sync_to_async(self.fail_external)(callback_id, error, run_lease=run_lease)
-
-    async def aretry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
-        return await sync_to_async(self.retry_external)(callback_id)
-
-    async def aresume_external(
-        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        return await sync_to_async(self.resume_external)(callback_id, payload, run_lease=run_lease)
-
-    async def aheartbeat_callback(
-        self, callback_id: uuid.UUID | str, timeout: float = 3600
-    ) -> JobSnapshot:
-        return await sync_to_async(self.heartbeat_callback)(callback_id, timeout)
-
-    async def aresolve_callback(
-        self,
-        callback_id: uuid.UUID | str,
-        payload: Any = None,
-        default_action: DefaultAction = "ignore",
-        *,
-        run_lease: int | None = None,
-    ) -> ResolveResult:
-        return await sync_to_async(self.resolve_callback)(
-            callback_id, payload, default_action, run_lease=run_lease
-        )
+def _one(
+    using: str, query: Query[JobSnapshot | None], callback_id: object, verb: str
+) -> JobSnapshot:
+    job = query.run(using)
+    if job is None:
+        raise _not_found(callback_id, verb)
+    return job
 
 
 def _callback_uuid(callback_id: uuid.UUID | str) -> uuid.UUID:

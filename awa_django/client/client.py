@@ -1,61 +1,48 @@
-"""The Client: enqueue and operator actions on Django's connection (callback resolution
-comes from `callbacks.CallbackResolution`).
+"""The Client: the one way to change a job or a queue (enqueue, cancel, retry, pause, resume,
+callback resolution) and to read the operators' figures, on Django's connection.
 
 Everything here joins the caller's transaction: a job enqueued inside
 `transaction.atomic()` exists iff that transaction commits, and its wake-up NOTIFY is
-delivered only then. Events for transitions made here are dispatched on commit.
+delivered only then. Events for transitions made here are dispatched on commit. Surfaces
+(admin, views, commands, the django.tasks backend) call this class and nothing below it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+import uuid
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models.functions import Now
 
-from awa_django.channels import channel_for
-from awa_django.client.callbacks import CallbackResolution
-from awa_django.codec import dumps, encode_args_json
+from awa_django.client import callbacks
+from awa_django.client.callbacks import DefaultAction, ResolveResult
+from awa_django.client.delivery import dispatch_on_commit
+from awa_django.client.rows import EnqueueOptions, JobTemplate, plan_many, plan_one
+from awa_django.codec import dumps, storable_text
 from awa_django.conf import awa_settings, validate_queue_name
-from awa_django.events import Cancelled, Event
-from awa_django.exceptions import InvalidEnqueueOption, JobNotFound, UnknownJobKind
-from awa_django.registry import dispatch as hooks
-from awa_django.registry import kind_for, registry
-from awa_django.snapshot import JobSnapshot
-from awa_django.states import JobState
+from awa_django.events import Cancelled
+from awa_django.exceptions import JobNotFound
+from awa_django.registry import registry
+from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
 
-MIN_PRIORITY, MAX_PRIORITY = -98, 102
-MAX_TAGS = 20
+if TYPE_CHECKING:
+    from awa_django.storage.models import QueueState
+
+MAX_PAUSED_BY_CHARS = 200  # awa_queue_state.paused_by is varchar(200)
 
 
-@dataclass(frozen=True, slots=True)
-class _Insert:
-    """One validated row, ready for job_insert_one / job_insert_many."""
-
-    kind: str
-    queue: str
-    args: str
-    state: str
-    priority: int
-    max_attempts: int
-    run_at: dt.datetime | None
-    metadata: str
-    tags: list[str]
-
-    @property
-    def tags_json(self) -> str:
-        # PostgreSQL has no ragged text[][]: job_insert_many takes each row's tags as JSON.
-        return dumps(self.tags, what="tags")
-
-
-class Client(CallbackResolution):
-    """Operations on jobs through Django's database connection `using`."""
+class Client:
+    """Operations on jobs and queues through Django's database connection `using`
+    (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
+    `a`-prefixed async twin."""
 
     def __init__(self, using: str | None = None) -> None:
         self._using = using
@@ -79,29 +66,25 @@ class Client(CallbackResolution):
     ) -> JobSnapshot:
         """Insert one job in the caller's transaction and return its row.
 
-        Raises SerializationError / PayloadTooLarge for args that cannot be stored,
-        UnknownJobKind for a dict without `kind`, InvalidQueueName, InvalidEnqueueOption.
+        `args` is an args dataclass instance (its kind comes from the class), or a dict with
+        an explicit `kind`. Options left None come from the kind's `@job` declaration, else
+        from the defaults in `awa_django.conf`. Every input is checked before any SQL, so a
+        bad one raises and leaves the caller's transaction usable: SerializationError /
+        PayloadTooLarge (args, metadata), UnknownJobKind (a dict without `kind`),
+        InvalidQueueName, InvalidEnqueueOption (kind, priority, max_attempts, tags, run_at).
         """
-        row = self._prepare(args, kind, queue, priority, run_at, max_attempts, tags, metadata)
-        channels = [channel_for(row.queue)] if row.state == JobState.AVAILABLE else []
-        return jobs_sql.job_insert_one(
-            kind=row.kind,
-            queue=row.queue,
-            args=row.args,
-            state=row.state,
-            priority=row.priority,
-            max_attempts=row.max_attempts,
-            run_at=row.run_at,
-            metadata=row.metadata,
-            tags=row.tags,
-            django_task=None,
-            channels=channels,
-        ).run(self.using)
+        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
+        return self._enqueue(args, options)
+
+    def _enqueue(self, args: Any, options: EnqueueOptions) -> JobSnapshot:
+        template, encoded = plan_one(args, options)
+        return self._insert_one(template, encoded, django_task=None)
 
     def enqueue_many(
         self,
         jobs: Iterable[Any],
         *,
+        kind: str | None = None,
         queue: str | None = None,
         priority: int | None = None,
         run_at: dt.datetime | None = None,
@@ -109,66 +92,104 @@ class Client(CallbackResolution):
         tags: Sequence[str] = (),
         metadata: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Insert many jobs (args instances sharing the given options) in one statement and
-        one round trip, in the caller's transaction; returns their ids in input order."""
-        limit = awa_settings().max_args_bytes
-        # Options are resolved once per args type (they are shared by every job of it);
-        # per job only its args are serialised. This loop is the bulk-insert hot path.
-        prepared: dict[type, _Insert] = {}
-        columns: dict[str, list[Any]] = {name: [] for name in _MANY_COLUMNS}
-        for args in jobs:
-            template = prepared.get(type(args))
-            if template is None:
-                template = self._prepare(
-                    args, None, queue, priority, run_at, max_attempts, tags, metadata
-                )
-                prepared[type(args)] = template
-                encoded = template.args
-            else:
-                encoded = encode_args_json(args, what=f"args of {template.kind}", limit=limit)
-            _append_row(columns, template, encoded)
-        if not columns["kinds"]:
-            return []
-        channels = {channel_for(t.queue) for t in prepared.values() if t.state == "available"}
-        return jobs_sql.job_insert_many(**columns, channels=sorted(channels)).run(self.using)
+        """Insert many jobs sharing the given options in one statement and one round trip,
+        in the caller's transaction; return their ids in input order.
 
-    def _prepare(
+        `kind` applies to every job of the call, exactly as in `enqueue`: it is required
+        when the jobs are dicts. Every job is checked before the statement runs, so one bad
+        job raises (as `enqueue` would) and nothing is written.
+        """
+        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
+        return self._enqueue_many(jobs, options)
+
+    def _enqueue_many(self, jobs: Iterable[Any], options: EnqueueOptions) -> list[int]:
+        rows = plan_many(jobs, options)
+        if not rows.kinds:
+            return []
+        query = jobs_sql.job_insert_many(
+            kinds=rows.kinds,
+            queues=rows.queues,
+            args=rows.args,
+            states=rows.states,
+            priorities=rows.priorities,
+            max_attempts=rows.max_attempts,
+            run_ats=rows.run_ats,
+            metadata=rows.metadata,
+            tags=rows.tags,
+            channels=rows.channels,
+        )
+        return query.run(self.using)
+
+    def enqueue_task(
+        self,
+        payload: dict[str, Any],
+        *,
+        kind: str,
+        django_task: dict[str, Any],
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> JobSnapshot:
+        """The django.tasks backend's enqueue (`AwaBackend`), not for application code:
+        `enqueue` of the task's `payload`, with its `django_task` marker stored in the job's
+        internal column of that name, apart from the user-visible metadata."""
+        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts)
+        template, encoded = plan_one(payload, options)
+        marker = dumps(django_task, what="django_task marker")
+        return self._insert_one(template, encoded, django_task=marker)
+
+    def _insert_one(self, row: JobTemplate, args: str, *, django_task: str | None) -> JobSnapshot:
+        query = jobs_sql.job_insert_one(
+            kind=row.kind,
+            queue=row.queue,
+            args=args,
+            state=row.state,
+            priority=row.priority,
+            max_attempts=row.max_attempts,
+            run_at=row.run_at,
+            metadata=row.metadata,
+            tags=row.tags,
+            django_task=django_task,
+            channels=row.channels,
+        )
+        return query.run(self.using)
+
+    async def aenqueue(
         self,
         args: Any,
-        kind: str | None,
-        queue: str | None,
-        priority: int | None,
-        run_at: dt.datetime | None,
-        max_attempts: int | None,
-        tags: Sequence[str],
-        metadata: dict[str, Any] | None,
-    ) -> _Insert:
-        settings = awa_settings()
-        if kind is None:
-            if isinstance(args, dict):
-                raise UnknownJobKind("enqueueing a dict needs an explicit kind=")
-            kind = kind_for(type(args))
-        definition = registry.job(kind)
-        queue = validate_queue_name(queue or (definition.queue if definition else "default"))
-        priority = definition.priority if priority is None and definition else priority
-        priority = 2 if priority is None else priority
-        if max_attempts is None:
-            max_attempts = definition.max_attempts if definition else 25
-        _check_options(priority, max_attempts, tags, run_at, metadata)
-        return _Insert(
-            kind=kind,
-            queue=queue,
-            args=encode_args_json(args, what=f"args of {kind}", limit=settings.max_args_bytes),
-            state=JobState.AVAILABLE if run_at is None else JobState.SCHEDULED,
-            priority=priority,
-            max_attempts=max_attempts,
-            run_at=run_at,
-            metadata=dumps(metadata or {}, what="metadata", limit=settings.max_args_bytes),
-            tags=list(tags),
-        )
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+        tags: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> JobSnapshot:
+        """`enqueue` for async code."""
+        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
+        return await sync_to_async(self._enqueue)(args, options)
 
-    # -- operator actions ---------------------------------------------------------------
+    async def aenqueue_many(
+        self,
+        jobs: Iterable[Any],
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+        tags: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """`enqueue_many` for async code."""
+        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
+        return await sync_to_async(self._enqueue_many)(jobs, options)
+
+    # -- jobs ---------------------------------------------------------------------------
     def get_job(self, job_id: int) -> JobSnapshot:
+        """The committed row of job `job_id`; JobNotFound if there is none."""
         row = jobs_sql.job_get(id=job_id).run(self.using)
         if row is None:
             raise JobNotFound(f"no job with id {job_id}")
@@ -181,12 +202,14 @@ class Client(CallbackResolution):
         return rows[0] if rows else None
 
     def cancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
+        """`cancel` for many jobs in one statement; returns the rows it cancelled."""
         ids = sorted(set(job_ids))
         with transaction.atomic(using=self.using):
             rows = admin_sql.job_cancel_many(ids=ids).run(self.using)
             if rows:
                 leases_sql.lease_delete_for_jobs(ids=[r.id for r in rows]).run(self.using)
-            self._on_commit([Cancelled(job=r, reason="cancelled by operator") for r in rows])
+            events = [Cancelled(job=r, reason="cancelled by operator") for r in rows]
+            dispatch_on_commit(events, self.using)
         return rows
 
     def retry(self, job_id: int) -> JobSnapshot | None:
@@ -196,87 +219,182 @@ class Client(CallbackResolution):
         return rows[0] if rows else None
 
     def retry_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
-        ids = sorted(set(job_ids))
-        return admin_sql.job_retry_many(ids=ids).run(self.using)
+        """`retry` for many jobs in one statement; returns the rows it retried."""
+        return admin_sql.job_retry_many(ids=sorted(set(job_ids))).run(self.using)
 
-    def _on_commit(self, events: Sequence[Event]) -> None:
-        """Dispatch `events` once the caller's outermost transaction commits. `robust`: the
-        transition has committed by then, so a failure while dispatching is logged, never
-        raised into a caller whose operation succeeded."""
-        for event in events:
-            transaction.on_commit(_dispatcher(event), using=self.using, robust=True)
+    async def aget_job(self, job_id: int) -> JobSnapshot:
+        return await sync_to_async(self.get_job)(job_id)
 
+    async def acancel(self, job_id: int) -> JobSnapshot | None:
+        return await sync_to_async(self.cancel)(job_id)
 
-def _dispatcher(event: Event) -> Callable[[], None]:
-    return lambda: hooks.dispatch(event)
+    async def acancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
+        return await sync_to_async(self.cancel_many)(job_ids)
 
+    async def aretry(self, job_id: int) -> JobSnapshot | None:
+        return await sync_to_async(self.retry)(job_id)
 
-def _check_options(
-    priority: int,
-    max_attempts: int,
-    tags: Sequence[str],
-    run_at: dt.datetime | None,
-    metadata: object,
-) -> None:
-    if not _whole(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise InvalidEnqueueOption(
-            f"priority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} "
-            f"(1 urgent .. 4 batch is the usual scale), got {priority!r}"
+    async def aretry_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
+        return await sync_to_async(self.retry_many)(job_ids)
+
+    # -- queues -------------------------------------------------------------------------
+    def pause_queue(self, queue: str, *, by: str = "") -> QueueState:
+        """Stop dispatch of `queue` on every worker (running attempts finish); idempotent.
+        `by` records who paused it (shown on the dashboard and by `awa_status`)."""
+        from awa_django.storage.models import QueueState  # see _figures()
+
+        validate_queue_name(queue)
+        paused_by = storable_text(str(by))[:MAX_PAUSED_BY_CHARS]
+        state, _ = QueueState.objects.using(self.using).update_or_create(
+            queue=queue, defaults={"paused": True, "paused_at": Now(), "paused_by": paused_by}
         )
-    if not _whole(max_attempts) or not 1 <= max_attempts <= 1000:
-        raise InvalidEnqueueOption(f"max_attempts must be 1..1000, got {max_attempts!r}")
-    if not isinstance(tags, list | tuple) or len(tags) > MAX_TAGS:
-        raise InvalidEnqueueOption(f"tags must be a list of at most {MAX_TAGS} strings")
-    if not all(isinstance(t, str) and 0 < len(t) <= 200 for t in tags):
-        raise InvalidEnqueueOption("each tag must be a non-empty string of at most 200 chars")
-    if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.tzinfo is None):
-        raise InvalidEnqueueOption("run_at must be a timezone-aware datetime")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidEnqueueOption(f"metadata must be a dict, got {type(metadata).__name__}")
+        state.refresh_from_db(fields=["paused_at"])
+        return state
+
+    def resume_queue(self, queue: str) -> QueueState:
+        """Let workers claim from `queue` again; idempotent."""
+        from awa_django.storage.models import QueueState  # see _figures()
+
+        validate_queue_name(queue)
+        state, _ = QueueState.objects.using(self.using).update_or_create(
+            queue=queue, defaults={"paused": False, "paused_at": None, "paused_by": ""}
+        )
+        return state
+
+    def queue_stats(self, window_minutes: int = 5) -> list[QueueStats]:
+        """Per-queue depth by state, throughput over `window_minutes`, lag and paused flag,
+        sorted by queue name (the dashboard's and `awa_status`'s figures)."""
+        return _figures().queue_stats(window_minutes, using=self.using)
+
+    def live_workers(self, within_seconds: float | None = None) -> list[LiveWorker]:
+        """Worker processes seen within `within_seconds` (default: the heartbeat
+        staleness), leader first."""
+        return _figures().live_workers(within_seconds, using=self.using)
+
+    def unhandled_kinds(self) -> dict[str, int]:
+        """Kinds with waiting jobs that no live worker has a handler for, with their job
+        counts (a rolling deploy in progress, or a missing worker; decision 011)."""
+        return _figures().unhandled_kinds(using=self.using)
+
+    def known_queues(self) -> set[str]:
+        """Queue names known without scanning the jobs: configured in `AWA["QUEUES"]`,
+        declared by a `@job`, or paused or resumed once (at most 200 of those)."""
+        known = set(awa_settings().queues)
+        known.update(definition.queue for definition in registry.jobs())
+        known.update(_figures().queues_with_state(using=self.using))
+        return known
+
+    async def apause_queue(self, queue: str, *, by: str = "") -> QueueState:
+        return await sync_to_async(self.pause_queue)(queue, by=by)
+
+    async def aresume_queue(self, queue: str) -> QueueState:
+        return await sync_to_async(self.resume_queue)(queue)
+
+    async def aqueue_stats(self, window_minutes: int = 5) -> list[QueueStats]:
+        return await sync_to_async(self.queue_stats)(window_minutes)
+
+    async def alive_workers(self, within_seconds: float | None = None) -> list[LiveWorker]:
+        return await sync_to_async(self.live_workers)(within_seconds)
+
+    async def aunhandled_kinds(self) -> dict[str, int]:
+        return await sync_to_async(self.unhandled_kinds)()
+
+    async def aknown_queues(self) -> set[str]:
+        return await sync_to_async(self.known_queues)()
+
+    # -- callbacks (DESIGN §6; callbacks.py) --------------------------------------------
+    def complete_external(
+        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
+    ) -> JobSnapshot:
+        """Complete a waiting_external (or still running) job. Fires Completed(duration 0).
+        The payload is not stored; use `resume_external` to hand one to a waiting handler."""
+        return callbacks.complete_external(self.using, callback_id, run_lease)
+
+    def fail_external(
+        self, callback_id: uuid.UUID | str, error: str, *, run_lease: int | None = None
+    ) -> JobSnapshot:
+        """Fail a waiting_external (or still running) job for good. Fires Exhausted."""
+        return callbacks.fail_external(self.using, callback_id, error, run_lease)
+
+    def retry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
+        """Make a waiting_external job available again with its attempts reset. Fires
+        Retried (attempt = the parked attempt, next_run_at = the new run_at)."""
+        return callbacks.retry_external(self.using, callback_id)
+
+    def resume_external(
+        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
+    ) -> JobSnapshot:
+        """Hand `payload` to the handler waiting in `wait_for_callback`; the job is running
+        again. Fires nothing: the resumed attempt reports its own outcome."""
+        return callbacks.resume_external(self.using, callback_id, payload, run_lease)
+
+    def heartbeat_callback(
+        self, callback_id: uuid.UUID | str, timeout: float = 3600
+    ) -> JobSnapshot:
+        """Push a waiting_external job's callback timeout to now + `timeout` seconds
+        (database clock). Fires nothing."""
+        return callbacks.heartbeat_callback(self.using, callback_id, timeout)
+
+    def resolve_callback(
+        self,
+        callback_id: uuid.UUID | str,
+        payload: Any = None,
+        default_action: DefaultAction = "ignore",
+        *,
+        run_lease: int | None = None,
+    ) -> ResolveResult:
+        """Apply `default_action` to a pending callback, with the row locked FOR UPDATE.
+
+        Awa decides with CEL expressions stored at registration; awa-django has no CEL, so
+        the default action always applies: "complete" (fires Completed), "fail" (error
+        "callback failed: default action", fires Exhausted) or "ignore" (no change, no
+        event; the callback stays pending).
+        """
+        return callbacks.resolve_callback(
+            self.using, callback_id, payload, default_action, run_lease
+        )
+
+    async def acomplete_external(
+        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
+    ) -> JobSnapshot:
+        return await sync_to_async(self.complete_external)(
+            callback_id, payload, run_lease=run_lease
+        )
+
+    async def afail_external(
+        self, callback_id: uuid.UUID | str, error: str, *, run_lease: int | None = None
+    ) -> JobSnapshot:
+        return await sync_to_async(self.fail_external)(callback_id, error, run_lease=run_lease)
+
+    async def aretry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
+        return await sync_to_async(self.retry_external)(callback_id)
+
+    async def aresume_external(
+        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
+    ) -> JobSnapshot:
+        return await sync_to_async(self.resume_external)(callback_id, payload, run_lease=run_lease)
+
+    async def aheartbeat_callback(
+        self, callback_id: uuid.UUID | str, timeout: float = 3600
+    ) -> JobSnapshot:
+        return await sync_to_async(self.heartbeat_callback)(callback_id, timeout)
+
+    async def aresolve_callback(
+        self,
+        callback_id: uuid.UUID | str,
+        payload: Any = None,
+        default_action: DefaultAction = "ignore",
+        *,
+        run_lease: int | None = None,
+    ) -> ResolveResult:
+        return await sync_to_async(self.resolve_callback)(
+            callback_id, payload, default_action, run_lease=run_lease
+        )
 
 
-_MANY_COLUMNS = (
-    "kinds",
-    "queues",
-    "args",
-    "states",
-    "priorities",
-    "max_attempts",
-    "run_ats",
-    "metadata",
-    "tags",
-)
+def _figures() -> ModuleType:
+    """The ORM side of storage, imported on first use: `awa_django` imports this module,
+    and Django imports the app's package before its models may be loaded."""
+    from awa_django.storage import figures
 
-
-def _append_row(columns: dict[str, list[Any]], template: _Insert, args: str) -> None:
-    columns["kinds"].append(template.kind)
-    columns["queues"].append(template.queue)
-    columns["args"].append(args)
-    columns["states"].append(template.state)
-    columns["priorities"].append(template.priority)
-    columns["max_attempts"].append(template.max_attempts)
-    columns["run_ats"].append(template.run_at)
-    columns["metadata"].append(template.metadata)
-    columns["tags"].append(template.tags_json)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def enqueue(args: Any, **options: Any) -> JobSnapshot:
-    """Enqueue one job in the current transaction. See `Client.enqueue`."""
-    return Client(options.pop("using", None)).enqueue(args, **options)
-
-
-def enqueue_many(jobs: Iterable[Any], **options: Any) -> list[int]:
-    """Enqueue many jobs in one round trip. See `Client.enqueue_many`."""
-    return Client(options.pop("using", None)).enqueue_many(jobs, **options)
-
-
-async def aenqueue(args: Any, **options: Any) -> JobSnapshot:
-    return await sync_to_async(enqueue)(args, **options)
-
-
-async def aenqueue_many(jobs: Iterable[Any], **options: Any) -> list[int]:
-    return await sync_to_async(enqueue_many)(jobs, **options)
+    return figures

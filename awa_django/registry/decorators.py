@@ -1,12 +1,23 @@
-"""The registration API users call: `@job(...)` and the `on_event*` hook registrars."""
+"""The registration API users call: `@job(...)` and the `on_event*` hook registrars.
+
+Typed end to end: `@job(SendReceipt)` accepts only a handler that takes
+`JobContext[SendReceipt]`, and `on_event(SendReceipt, hook)` only a hook that takes
+`Event[SendReceipt]`, so mypy reports a handler or hook annotated with another args type.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from awa_django.conf import validate_queue_name
+from awa_django.conf import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    validate_queue_name,
+)
 from awa_django.events import Event
+from awa_django.options import check_kind, check_max_attempts, check_priority
 from awa_django.registry import (
     HookRegistration,
     JobDefinition,
@@ -16,32 +27,40 @@ from awa_django.registry import (
     validate_args_type,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from awa_django.execution.context import JobContext
+
+A = TypeVar("A")  # the args dataclass
+R = TypeVar("R")  # what the handler returns (None, RetryAfter, ..., or their coroutine)
 H = TypeVar("H", bound=Callable[[Any], Any])
 
 
 def job(
-    args_type: type,
+    args_type: type[A],
     *,
-    queue: str = "default",
-    max_attempts: int = 25,
-    priority: int = 2,
+    queue: str = DEFAULT_QUEUE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = DEFAULT_PRIORITY,
     kind: str | None = None,
-) -> Callable[[F], F]:
+) -> Callable[[Callable[[JobContext[A]], R]], Callable[[JobContext[A]], R]]:
     """Register the decorated function as the handler of `args_type`'s kind.
 
     @awa_django.job(SendReceipt, queue="email", max_attempts=5)
     def send_receipt(job: awa_django.JobContext[SendReceipt]) -> None: ...
+
+    `queue`, `max_attempts` and `priority` are the defaults of every enqueue of this kind;
+    they are checked here with the ranges enqueue applies (InvalidEnqueueOption,
+    InvalidQueueName), so a bad one fails at import, not at every enqueue.
     """
     validate_args_type(args_type)
     validate_queue_name(queue)
-    if not 1 <= max_attempts <= 1000:
-        raise ValueError("max_attempts must be between 1 and 1000")
-    job_kind = kind or kind_for(args_type)
+    check_max_attempts(max_attempts)
+    check_priority(priority)
+    job_kind = check_kind(kind) if kind is not None else check_kind(kind_for(args_type))
     if kind:
         args_type.__awa_kind__ = kind  # type: ignore[attr-defined]
 
-    def register(handler: F) -> F:
+    def register(handler: Callable[[JobContext[A]], R]) -> Callable[[JobContext[A]], R]:
         registry.add_job(JobDefinition(job_kind, args_type, handler, queue, max_attempts, priority))
         return handler
 
@@ -49,17 +68,19 @@ def job(
 
 
 def on_event(
-    args_type: type,
-    hook: H,
+    args_type: type[A],
+    hook: Callable[[Event[A]], object],
     *,
-    events: Iterable[type[Event]] | None = None,
-) -> H:
+    events: Iterable[type[Event[Any]]] | None = None,
+) -> Callable[[Event[A]], object]:
     """Call `hook(event)` after each committed event of `args_type`'s kind; `event.args` is
     an `args_type` instance. `events` picks a subset ({Completed, Exhausted}); default all.
     Register in `AppConfig.ready()`. Returns `hook`.
 
-    A hook whose `args_type` cannot decode a job's stored args is skipped for that event
-    with a warning; the job itself is never touched by a hook.
+    Annotate the hook's parameter as `Event[ArgsType]` and narrow with isinstance for the
+    fields of one event (`if isinstance(event, Exhausted): event.error`). A hook whose
+    `args_type` cannot decode a job's stored args is skipped for that event with a warning;
+    the job itself is never touched by a hook.
     """
     validate_args_type(args_type)
     _check_hook(hook)
@@ -69,7 +90,7 @@ def on_event(
     return hook
 
 
-def on_event_kind(kind: str, hook: H, *, events: Iterable[type[Event]] | None = None) -> H:
+def on_event_kind(kind: str, hook: H, *, events: Iterable[type[Event[Any]]] | None = None) -> H:
     """Untyped hook keyed by kind string; `event.args` is the stored dict. Returns `hook`."""
     if not isinstance(kind, str) or not kind:
         raise TypeError(f"kind must be a non-empty string, got {kind!r}")
@@ -78,7 +99,7 @@ def on_event_kind(kind: str, hook: H, *, events: Iterable[type[Event]] | None = 
     return hook
 
 
-def on_any_event(hook: H, *, events: Iterable[type[Event]] | None = None) -> H:
+def on_any_event(hook: H, *, events: Iterable[type[Event[Any]]] | None = None) -> H:
     """Untyped hook for every kind (metrics, alerting). Returns `hook`."""
     _check_hook(hook)
     registry.add_hook(HookRegistration(None, hook, normalize_events(events), None))

@@ -1,90 +1,35 @@
-"""Queue operations and figures for operators: pause/resume, per-queue stats, live workers.
+"""Figures for operators, read-only: per-queue stats and live workers.
 
-Everything here is plain ORM on the control tables and on indexes `Job.Meta` declares; the
-dashboard, `awa_status` and scripts share it. Times are compared with the database clock.
+Plain ORM on the control tables and on indexes `Job.Meta` declares. Surfaces (the dashboard,
+`awa_status`) reach them through `Client.queue_stats()` / `Client.live_workers()`; changing a
+queue (pause, resume) is the Client's too. Times are compared with the database clock.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import fields
 
 from django.db.models import Count, DurationField, ExpressionWrapper, Min, Q
 from django.db.models.functions import Now
 
-from awa_django.conf import awa_settings, validate_queue_name
-from awa_django.states import JobState
+from awa_django.conf import awa_settings
+from awa_django.snapshot import LiveWorker, QueueStats
+from awa_django.states import DEPTH_STATES, JobState
 from awa_django.storage.models import Job, QueueState, WorkerInstance
 
-# Depth counts every state but `completed`: completed rows pile up until pruning and are
-# reported as throughput instead, so the count never walks the retained history.
-DEPTH_STATES: tuple[str, ...] = tuple(s for s in JobState.values if s != JobState.COMPLETED)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """The figures of one queue at one moment."""
-
-    queue: str
-    depth: dict[str, int] = field(default_factory=dict)
-    completed_last_minute: int = 0
-    completed_in_window: int = 0
-    window_minutes: int = 5
-    lag_seconds: float | None = None  # age of the oldest available job; None when none
-    paused: bool = False
-    paused_by: str = ""
-    paused_at: dt.datetime | None = None
-
-    @property
-    def running(self) -> int:
-        return self.depth.get(JobState.RUNNING, 0)
-
-    @property
-    def available(self) -> int:
-        return self.depth.get(JobState.AVAILABLE, 0)
-
-    @property
-    def throughput_per_minute(self) -> float:
-        return self.completed_in_window / self.window_minutes
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "queue": self.queue,
-            "depth": {s: self.depth.get(s, 0) for s in DEPTH_STATES},
-            "running": self.running,
-            "completed_last_minute": self.completed_last_minute,
-            "completed_in_window": self.completed_in_window,
-            "window_minutes": self.window_minutes,
-            "throughput_per_minute": round(self.throughput_per_minute, 2),
-            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
-            "paused": self.paused,
-            "paused_by": self.paused_by,
-            "paused_at": self.paused_at.isoformat() if self.paused_at else None,
-        }
+__all__ = [
+    "DEPTH_STATES",
+    "LiveWorker",
+    "QueueStats",
+    "live_workers",
+    "queue_stats",
+    "queues_with_state",
+]
 
 
 def _using(using: str | None) -> str:
     return using or awa_settings().database
-
-
-# -- pause / resume -----------------------------------------------------------------------
-def pause_queue(queue: str, by: str = "", *, using: str | None = None) -> QueueState:
-    """Stop dispatch of `queue` on every worker (running attempts finish); idempotent."""
-    validate_queue_name(queue)
-    state, _ = QueueState.objects.using(_using(using)).update_or_create(
-        queue=queue, defaults={"paused": True, "paused_at": Now(), "paused_by": by[:200]}
-    )
-    state.refresh_from_db(fields=["paused_at"])
-    return state
-
-
-def resume_queue(queue: str, *, using: str | None = None) -> QueueState:
-    """Let workers claim from `queue` again; idempotent."""
-    validate_queue_name(queue)
-    state, _ = QueueState.objects.using(_using(using)).update_or_create(
-        queue=queue, defaults={"paused": False, "paused_at": None, "paused_by": ""}
-    )
-    return state
 
 
 # -- figures ------------------------------------------------------------------------------
@@ -172,14 +117,24 @@ def _lag(db: str) -> dict[str, float]:
 
 def live_workers(
     within_seconds: float | None = None, *, using: str | None = None
-) -> list[WorkerInstance]:
+) -> list[LiveWorker]:
     """Worker processes seen within `within_seconds` (default: the heartbeat staleness),
     leader first, then by host and pid."""
     if within_seconds is None:
         within_seconds = awa_settings().heartbeat_staleness
     since = Now() - dt.timedelta(seconds=within_seconds)
     workers = WorkerInstance.objects.using(_using(using)).filter(last_seen_at__gte=since)
-    return list(workers.order_by("-leader", "hostname", "pid"))
+    return [_live_worker(w) for w in workers.order_by("-leader", "hostname", "pid")]
+
+
+def _live_worker(row: WorkerInstance) -> LiveWorker:
+    return LiveWorker(**{f.name: getattr(row, f.name) for f in fields(LiveWorker)})
+
+
+def queues_with_state(limit: int = 200, *, using: str | None = None) -> list[str]:
+    """Names of queues that were ever paused (a row of the small queue-state table)."""
+    names = QueueState.objects.using(_using(using)).values_list("queue", flat=True)
+    return list(names.order_by("queue")[:limit])
 
 
 def unhandled_kinds(*, using: str | None = None) -> dict[str, int]:
@@ -204,20 +159,3 @@ def unhandled_kinds(*, using: str | None = None) -> dict[str, int]:
         for row in waiting
         if row["kind"] not in handled and not (serves_tasks and "." in row["kind"])
     }
-
-
-def format_duration(seconds: float | None) -> str:
-    """Compact age for people: '42s', '3m 12s', '2h 5m', '4d 1h'; '-' for None."""
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m {secs}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours}h"

@@ -7,6 +7,15 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models.functions import Now
 
+from awa_django.conf import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    MAX_MAX_ATTEMPTS,
+    MAX_PRIORITY,
+    MIN_MAX_ATTEMPTS,
+    MIN_PRIORITY,
+)
 from awa_django.states import JobState
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -15,14 +24,13 @@ TERMINAL = ("completed", "failed", "cancelled")
 class Job(models.Model):
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(max_length=200)
-    queue = models.CharField(max_length=200, default="default")
+    queue = models.CharField(max_length=200, default=DEFAULT_QUEUE)
     args = models.JSONField(default=dict)
     state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.AVAILABLE)
-    # Lower runs first. Awa's scale is 1 (urgent) .. 4 (batch); -98..102 admits the whole
-    # django.tasks range mapped as 2 - p (docs/decisions/001-priority-mapping.md).
-    priority = models.SmallIntegerField(default=2)
+    # Lower runs first; the range and the default are in conf (MIN_PRIORITY..MAX_PRIORITY).
+    priority = models.SmallIntegerField(default=DEFAULT_PRIORITY)
     attempt = models.SmallIntegerField(default=0)
-    max_attempts = models.SmallIntegerField(default=25)
+    max_attempts = models.SmallIntegerField(default=DEFAULT_MAX_ATTEMPTS)
     run_at = models.DateTimeField(db_default=Now())
     created_at = models.DateTimeField(db_default=Now())
     attempted_at = models.DateTimeField(null=True, blank=True)
@@ -91,11 +99,13 @@ class Job(models.Model):
                 condition=models.Q(callback_id__isnull=False),
             ),
             models.CheckConstraint(
-                condition=models.Q(priority__gte=-98, priority__lte=102),
+                condition=models.Q(priority__gte=MIN_PRIORITY, priority__lte=MAX_PRIORITY),
                 name="awa_jobs_priority_range",
             ),
             models.CheckConstraint(
-                condition=models.Q(max_attempts__gte=1, max_attempts__lte=1000),
+                condition=models.Q(
+                    max_attempts__gte=MIN_MAX_ATTEMPTS, max_attempts__lte=MAX_MAX_ATTEMPTS
+                ),
                 name="awa_jobs_max_attempts_range",
             ),
         ]

@@ -1,8 +1,10 @@
-"""`AwaBackend`: Django's `django.tasks` framework running on the awa queue (DESIGN §8).
+"""`AwaBackend`: Django's `django.tasks` framework running on the awa queue (DESIGN §8),
+and the wiring that lets `awa_worker` run its tasks.
 
 A task enqueues as one awa job (kind = the function's import path) in the caller's
-transaction. `awa_worker` finds its handler through the resolver in `task_runner.py`, and
-a lifecycle hook there turns committed events into `task_started` / `task_finished`.
+transaction, through `Client.enqueue_task`. The worker finds its handler through `resolve`
+(registered with the registry here) and `runner.py`; a lifecycle hook there turns committed
+events into `task_started` / `task_finished`. `results.py` maps rows to Django's objects.
 
     TASKS = {"default": {"BACKEND": "awa_django.backends.AwaBackend",
                          "QUEUES": ["default", "email"],
@@ -11,70 +13,46 @@ a lifecycle hook there turns committed events into `task_started` / `task_finish
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
-import logging
-import re
-from datetime import datetime
+import threading
 from functools import partial
 from typing import Any
 
 from django.core import checks
 from django.db import transaction
+from django.tasks import task_backends
 from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import (
-    TASK_REFRESH_ATTRS,
-    Task,
-    TaskError,
-    TaskResult,
-    TaskResultStatus,
-)
+from django.tasks.base import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from awa_django.client.client import Client
-from awa_django.conf import QUEUE_NAME_RE, awa_settings
+from awa_django.client import Client
+from awa_django.conf import MAX_MAX_ATTEMPTS, MIN_MAX_ATTEMPTS, QUEUE_NAME_RE, awa_settings
 from awa_django.exceptions import (
-    AwaError,
+    InvalidEnqueueOption,
     InvalidQueueName,
     JobNotFound,
     PayloadTooLarge,
     SerializationError,
-    UnknownJobKind,
 )
+from awa_django.registry import HookRegistration, JobDefinition, registry
 from awa_django.snapshot import JobSnapshot
-from awa_django.states import JobState
+from awa_django.tasks import runner
+from awa_django.tasks.results import (
+    awa_priority,
+    import_task,
+    result_from_row,
+    task_for_row,
+)
 
-logger = logging.getLogger("awa_django.backends")
-
-# Job metadata key that marks a job as a django.tasks task and names its backend alias.
-TASK_METADATA_KEY = "django_task"
-DEFAULT_MAX_ATTEMPTS = 1  # Django's contract: a task that raises is FAILED (decision 001 doc)
+# Django's contract: a task that raises is FAILED, so tasks are not retried unless their
+# backend's OPTIONS or the task itself ask for more attempts (docs/django-tasks.md).
+TASK_DEFAULT_MAX_ATTEMPTS = 1
 _OPTIONS = {"MAX_ATTEMPTS", "DATABASE"}
 _MAX_JOB_ID = 2**63 - 1
-
-STATUS_FOR_STATE: dict[str, TaskResultStatus] = {
-    JobState.SCHEDULED: TaskResultStatus.READY,
-    JobState.AVAILABLE: TaskResultStatus.READY,
-    JobState.RETRYABLE: TaskResultStatus.READY,
-    JobState.RUNNING: TaskResultStatus.RUNNING,
-    JobState.WAITING_EXTERNAL: TaskResultStatus.RUNNING,
-    JobState.COMPLETED: TaskResultStatus.SUCCESSFUL,
-    JobState.FAILED: TaskResultStatus.FAILED,
-    JobState.CANCELLED: TaskResultStatus.FAILED,
-}
-
-
-def awa_priority(django_priority: int) -> int:
-    """Django's -100…100 (larger runs sooner) as our order (lower runs first): 2 - p.
-    The map is its own inverse; see docs/decisions/001-priority-mapping.md."""
-    return 2 - django_priority
-
-
-django_priority = awa_priority  # 2 - q: the same involution read the other way
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,29 +61,6 @@ class AwaTask(Task):
     when the task's backend is an `AwaBackend`. None means the backend's MAX_ATTEMPTS."""
 
     max_attempts: int | None = None
-
-
-# django-stubs declares TaskResult non-frozen; at runtime it is frozen like this one.
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class AwaTaskResult(TaskResult):  # type: ignore[misc]
-    """A TaskResult whose `attempts` is the job's attempt count; `worker_ids` keeps only
-    the most recent ten workers, so its length would undercount long retry histories."""
-
-    attempt_count: int = 0
-
-    @property
-    def attempts(self) -> int:
-        return self.attempt_count
-
-    def refresh(self) -> None:
-        self._refresh_from(self.task.get_backend().get_result(self.id))
-
-    async def arefresh(self) -> None:
-        self._refresh_from(await self.task.get_backend().aget_result(self.id))
-
-    def _refresh_from(self, fresh: TaskResult) -> None:
-        for attr in (*TASK_REFRESH_ATTRS, "attempt_count"):
-            object.__setattr__(self, attr, getattr(fresh, attr))
 
 
 class AwaBackend(BaseTaskBackend):
@@ -127,11 +82,10 @@ class AwaBackend(BaseTaskBackend):
                 f"AwaBackend accepts {sorted(_OPTIONS)}."
             )
         self.max_attempts = _check_max_attempts(
-            self.options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS), f"TASKS[{alias!r}] OPTIONS"
+            self.options.get("MAX_ATTEMPTS", TASK_DEFAULT_MAX_ATTEMPTS),
+            f"TASKS[{alias!r}] OPTIONS",
         )
         self.database: str | None = self.options.get("DATABASE")
-        from awa_django.tasks.runner import install
-
         install()
 
     # -- enqueue ------------------------------------------------------------------------
@@ -157,16 +111,16 @@ class AwaBackend(BaseTaskBackend):
             run_at = timezone.make_aware(run_at)
         marker = {"backend": self.alias, "run_after": run_at.isoformat() if run_at else None}
         try:
-            return client.enqueue(
+            return client.enqueue_task(
                 {"args": args, "kwargs": kwargs},
                 kind=task.module_path,
+                django_task=marker,
                 queue=task.queue_name,
                 priority=awa_priority(task.priority),
                 run_at=run_at,
                 max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
-                metadata={TASK_METADATA_KEY: marker},
             )
-        except InvalidQueueName as exc:
+        except (InvalidQueueName, InvalidEnqueueOption) as exc:  # e.g. a 300-char module path
             raise InvalidTask(str(exc)) from exc
         except (SerializationError, PayloadTooLarge) as exc:
             raise ValueError(f"cannot enqueue task {task.module_path}: {exc}") from exc
@@ -199,8 +153,13 @@ class AwaBackend(BaseTaskBackend):
 def _check_max_attempts(
     value: object, where: str, error: type[Exception] = InvalidTaskBackend
 ) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-        raise error(f"{where}: max_attempts must be a whole number from 1 to 1000, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        value = None
+    if value is None or not MIN_MAX_ATTEMPTS <= value <= MAX_MAX_ATTEMPTS:
+        raise error(
+            f"{where}: max_attempts must be a whole number from {MIN_MAX_ATTEMPTS} to "
+            f"{MAX_MAX_ATTEMPTS}, got {value!r}"
+        )
     return value
 
 
@@ -238,99 +197,51 @@ def _unserved_queue(alias: str, queue: str) -> checks.CheckMessage:
     )
 
 
-# -- rows ⇄ Django's task objects ---------------------------------------------------------
-def import_task(kind: str) -> Task | None:
-    """The module-level Task whose import path is `kind`, or None."""
-    if "." not in kind:
+# -- running tasks in awa_worker -------------------------------------------------------------
+def awa_configured() -> bool:
+    """True when some TASKS alias uses an AwaBackend (only then do we run task kinds)."""
+    for params in task_backends.settings.values():
+        try:
+            backend = import_string(params.get("BACKEND", ""))
+        except ImportError:
+            continue
+        if isinstance(backend, type) and issubclass(backend, AwaBackend):
+            return True
+    return False
+
+
+def resolve(kind: str) -> JobDefinition | None:
+    """Registry resolver: a handler for a kind that names a module-level django task."""
+    task = import_task(kind)
+    if task is None or not awa_configured():
         return None
-    try:
-        found = import_string(kind)
-    except ImportError:
-        return None
-    except Exception:
-        logger.warning("importing task %s failed", kind, exc_info=True)
-        return None
-    if isinstance(found, Task) and found.module_path == kind:
-        return found
-    return None
+    max_attempts = getattr(task, "max_attempts", None) or TASK_DEFAULT_MAX_ATTEMPTS
+    return runner.definition_for(task, max_attempts)
 
 
-def task_for_row(row: JobSnapshot) -> Task | None:
-    """The task as it was enqueued: the declared one with the row's queue, priority,
-    backend and run_after (falling back to the declaration if those no longer validate)."""
-    declared = import_task(row.kind)
-    if declared is None:
-        return None
-    marker = _marker(row) or {}
-    changes: dict[str, Any] = {
-        "queue_name": row.queue,
-        "priority": django_priority(row.priority),
-        "backend": marker.get("backend") or declared.backend,
-    }
-    if marker.get("run_after"):
-        changes["run_after"] = datetime.fromisoformat(marker["run_after"])
-    try:
-        return dataclasses.replace(declared, **changes)
-    except (InvalidTask, InvalidTaskBackend):
-        return declared
+_install_lock = threading.Lock()
 
 
-def result_from_row(row: JobSnapshot, task: Task, alias: str) -> AwaTaskResult:
-    """A TaskResult for the committed job `row`."""
-    payload = row.args if isinstance(row.args, dict) else {}
-    result = AwaTaskResult(
-        task=task,
-        id=str(row.id),
-        status=STATUS_FOR_STATE[row.state],
-        enqueued_at=row.created_at,
-        started_at=row.attempted_at,
-        last_attempted_at=row.attempted_at,
-        finished_at=row.finalized_at if row.is_terminal else None,
-        args=payload.get("args", []),
-        kwargs=payload.get("kwargs", {}),
-        backend=alias,
-        errors=[task_error(entry) for entry in row.errors],
-        worker_ids=list(row.attempted_by),
-        attempt_count=row.attempt,
-    )
-    if row.state == JobState.COMPLETED:
-        object.__setattr__(result, "_return_value", row.result)
-    return result
+def install() -> None:
+    """Register the django.tasks resolver and signal hook (idempotent). Called when an
+    AwaBackend is created and from `AwaConfig.ready()`, so a fresh worker sends
+    `task_started` for its very first task."""
+    if not awa_configured():
+        return
+    with _install_lock:
+        registry.add_resolver(resolve)
+        if not any(h.hook is runner.send_task_signal for h in registry.hooks()):
+            registry.add_hook(
+                HookRegistration(
+                    None,
+                    runner.send_task_signal,
+                    runner.SIGNAL_EVENTS,
+                    None,
+                    applies_to=runner.is_task_kind,
+                )
+            )
 
 
-# The worker writes "Type: message\n<traceback>" (builtins bare, others dotted); runtime
-# messages such as "hard deadline exceeded" or "cancelled: reason" name no exception.
-_EXCEPTION_HEAD = re.compile(r"^(?P<path>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::|$)")
-_FALLBACK_PATH = f"{AwaError.__module__}.{AwaError.__qualname__}"
-_UNKNOWN_KIND_PATH = f"{UnknownJobKind.__module__}.{UnknownJobKind.__qualname__}"
-
-
-def task_error(entry: dict[str, Any]) -> TaskError:
-    """One `errors` entry as Django's TaskError; the whole text is kept as the traceback."""
-    text = str(entry.get("error", ""))
-    # Entries written since 0.2 name the exception class in their own `type` key; older
-    # ones (and runtime messages such as "hard deadline exceeded") are parsed from the text.
-    kind = entry.get("type")
-    path = kind if isinstance(kind, str) and kind else exception_path(text)
-    return TaskError(exception_class_path=path, traceback=text)
-
-
-def exception_path(text: str) -> str:
-    """The exception class path an error entry names, or a stand-in awa exception."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    head = lines[-1] if lines and lines[0].startswith("Traceback") else (lines or [""])[0]
-    match = _EXCEPTION_HEAD.match(head)
-    if match:
-        path = match["path"]
-        if "." not in path:
-            found = getattr(builtins, path, None)
-            if isinstance(found, type) and issubclass(found, BaseException):
-                return f"builtins.{path}"
-        elif path.rpartition(".")[2][:1].isupper():
-            return path
-    return _UNKNOWN_KIND_PATH if text.startswith("unknown job kind") else _FALLBACK_PATH
-
-
-def _marker(row: JobSnapshot) -> dict[str, Any] | None:
-    marker = row.metadata.get(TASK_METADATA_KEY) if isinstance(row.metadata, dict) else None
-    return marker if isinstance(marker, dict) else None
+# Registered on import, before any TASKS check: resolve() itself checks the settings
+# at call time, so override_settings(TASKS=...) in tests works too.
+registry.add_resolver(resolve)

@@ -1,11 +1,10 @@
-"""Runs django.tasks tasks inside awa: the registry resolver that turns a task's import
-path into a handler, and the lifecycle hook that sends Django's task signals after each
-committed event. `AwaBackend` (backends.py) is the enqueue/result side."""
+"""Runs django.tasks tasks inside awa: the handler of a task's kind, and the lifecycle hook
+that sends Django's task signals after each committed event. `backend.py` wires both into
+the registry and is the enqueue/result side; `results.py` maps rows to Django's objects."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from inspect import iscoroutinefunction
 from typing import Any
@@ -15,48 +14,28 @@ from django.tasks.base import Task, TaskContext
 from django.tasks.exceptions import InvalidTaskBackend
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
-from django.utils.module_loading import import_string
 
 from awa_django.codec import dumps
 from awa_django.conf import awa_settings
 from awa_django.events import Cancelled, Completed, Event, Exhausted, Started
 from awa_django.exceptions import PayloadTooLarge, SerializationError, TerminalError
 from awa_django.execution.context import JobContext
-from awa_django.registry import HookRegistration, JobDefinition, registry
-from awa_django.tasks.backend import (
-    DEFAULT_MAX_ATTEMPTS,
-    AwaBackend,
-    _marker,
-    awa_priority,
-    import_task,
-    result_from_row,
-    task_for_row,
-)
+from awa_django.registry import JobDefinition
+from awa_django.tasks.results import awa_priority, result_from_row, task_for_row, task_marker
 
 logger = logging.getLogger("awa_django.backends")
 
 
-def _awa_configured() -> bool:
-    """True when some TASKS alias uses an AwaBackend (only then do we run task kinds)."""
-    for params in task_backends.settings.values():
-        try:
-            backend = import_string(params.get("BACKEND", ""))
-        except ImportError:
-            continue
-        if isinstance(backend, type) and issubclass(backend, AwaBackend):
-            return True
-    return False
-
-
-def resolve(kind: str) -> JobDefinition | None:
-    """Registry resolver: a handler for a kind that names a module-level django task."""
-    task = import_task(kind)
-    if task is None or not _awa_configured():
-        return None
+def definition_for(task: Task, max_attempts: int) -> JobDefinition:
+    """The job definition that runs `task` under its import path as the kind."""
     handler = _async_handler(task) if iscoroutinefunction(task.func) else _sync_handler(task)
-    max_attempts = getattr(task, "max_attempts", None) or DEFAULT_MAX_ATTEMPTS
     return JobDefinition(
-        kind, None, handler, task.queue_name, max_attempts, awa_priority(task.priority)
+        task.module_path,
+        None,
+        handler,
+        task.queue_name,
+        max_attempts,
+        awa_priority(task.priority),
     )
 
 
@@ -65,7 +44,7 @@ def _call_args(task: Task, job: JobContext[Any]) -> tuple[list[Any], dict[str, A
     args = list(payload.get("args", []))
     if task.takes_context:
         bound = task_for_row(job.row) or task
-        alias = (_marker(job.row) or {}).get("backend") or task.backend
+        alias = (task_marker(job.row) or {}).get("backend") or task.backend
         args.insert(0, TaskContext(task_result=result_from_row(job.row, bound, alias)))
     return args, dict(payload.get("kwargs", {}))
 
@@ -101,12 +80,13 @@ def checked_return_value(task: Task, value: Any) -> Any:
     return normalized
 
 
-_SIGNALS = {
+_SIGNALS: dict[type[Event[Any]], Any] = {
     Started: task_started,
     Completed: task_finished,
     Exhausted: task_finished,
     Cancelled: task_finished,
 }
+SIGNAL_EVENTS: frozenset[type[Event[Any]]] = frozenset(_SIGNALS)
 
 
 def is_task_kind(kind: str) -> bool:
@@ -120,14 +100,14 @@ def send_task_signal(event: Event) -> None:
 
     Sync on purpose: receivers may use the ORM, which refuses to run inside an event loop.
     """
-    if _marker(event.job) is not None:  # cheap filter first: most jobs are not tasks
+    if task_marker(event.job) is not None:  # cheap filter first: most jobs are not tasks
         _send_for(event)
 
 
 def _send_for(event: Event) -> None:
     row = event.job
     task = task_for_row(row)
-    alias = (_marker(row) or {}).get("backend", "")
+    alias = (task_marker(row) or {}).get("backend", "")
     if task is None:
         return
     try:
@@ -136,26 +116,3 @@ def _send_for(event: Event) -> None:
         logger.warning("job %s names task backend %r, which is not in TASKS", row.id, alias)
         return
     _SIGNALS[type(event)].send(sender, task_result=result_from_row(row, task, alias))
-
-
-_install_lock = threading.Lock()
-
-
-def install() -> None:
-    """Register the django.tasks resolver and signal hook (idempotent). Called when an
-    AwaBackend is created and from `AwaConfig.ready()`, so a fresh worker sends
-    `task_started` for its very first task."""
-    if not _awa_configured():
-        return
-    with _install_lock:
-        registry.add_resolver(resolve)
-        if not any(h.hook is send_task_signal for h in registry.hooks()):
-            events = frozenset(_SIGNALS)
-            registry.add_hook(
-                HookRegistration(None, send_task_signal, events, None, applies_to=is_task_kind)
-            )
-
-
-# Registered on import, before any TASKS check: resolve() itself checks the settings
-# at call time, so override_settings(TASKS=...) in tests works too.
-registry.add_resolver(resolve)

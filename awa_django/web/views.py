@@ -17,8 +17,8 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from awa_django.client import Client
 from awa_django.client.callbacks import MAX_CALLBACK_TIMEOUT
-from awa_django.client.client import Client
 from awa_django.codec import dumps
 from awa_django.conf import AwaSettings, awa_settings
 from awa_django.exceptions import (

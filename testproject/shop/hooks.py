@@ -53,7 +53,7 @@ def log_event(event: Event) -> None:
     emit(describe(event))
 
 
-def alert_ops(event: Exhausted) -> None:
+def alert_ops(event: Event[ChargeCard]) -> None:
     order = event.args  # a ChargeCard: typed hooks get the decoded dataclass
     emit(f"ops alert: charging order {order.order_id} failed for good")
 

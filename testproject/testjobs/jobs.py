@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection
 
@@ -14,7 +15,7 @@ import awa_django
 from awa_django import JobContext
 
 
-def record(job: JobContext[object]) -> None:
+def record(job: JobContext[Any]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO testjobs_execution (job_id, run_lease, pid, at) "

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from awa_django.storage.figures import pause_queue
+from awa_django.client import Client
 from awa_django.storage.models import WorkerInstance
 from tests.factories import JobFactory
 
@@ -36,7 +36,7 @@ def seed() -> None:
     JobFactory(queue="email", state="running")
     JobFactory.create_batch(2, queue="default", state="failed")
     JobFactory(queue="email", state="completed", finalized_at=timezone.now())
-    pause_queue("email", by="ops")
+    Client().pause_queue("email", by="ops")
     WorkerInstance.objects.create(
         worker_id="w-1", hostname="box", pid=77, queues={"email": 4}, leader=True
     )

@@ -24,14 +24,8 @@ from django.utils import timezone
 from awa_django import Client
 from awa_django.registry import registry
 from awa_django.storage.models import Job
-from awa_django.tasks.backend import (
-    TASK_METADATA_KEY,
-    AwaBackend,
-    AwaTask,
-    awa_priority,
-    exception_path,
-)
-from awa_django.tasks.runner import resolve
+from awa_django.tasks.backend import AwaBackend, AwaTask, resolve
+from awa_django.tasks.results import awa_priority, exception_path
 from awa_django.testing import drain
 from tests import tasks_for_tests as t
 from tests.factories import JobFactory
@@ -94,7 +88,9 @@ def test_enqueue_inserts_one_ready_job(backend: AwaBackend) -> None:
     assert (job.kind, job.queue, job.state) == ("tests.tasks_for_tests.add", "default", "available")
     assert job.args == {"args": [1], "kwargs": {"b": 2}}
     assert (job.priority, job.max_attempts) == (2, 1)
-    assert job.metadata[TASK_METADATA_KEY] == {"backend": "default", "run_after": None}
+    # The task marker has its own internal column; the user-visible metadata stays empty.
+    assert job.django_task == {"backend": "default", "run_after": None}
+    assert job.metadata == {}
     assert result.status == TaskResultStatus.READY
     assert result.enqueued_at == job.created_at
     assert (result.args, result.kwargs, result.backend) == ([1], {"b": 2}, "default")
@@ -436,7 +432,7 @@ def test_status_maps_every_job_state(backend: AwaBackend, state: str, status: st
         kind="tests.tasks_for_tests.add",
         args={"args": [1, 2], "kwargs": {}},
         state=state,
-        metadata={TASK_METADATA_KEY: {"backend": "default", "run_after": None}},
+        django_task={"backend": "default", "run_after": None},
     )
 
     assert backend.get_result(str(job.id)).status == status
@@ -515,6 +511,23 @@ def test_task_enqueued_is_sent_only_after_commit(
         assert signals == []
 
     assert signals == [("enqueued", result.id, "READY")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_metadata_key_named_django_task_does_not_make_a_job_a_task(
+    backend: AwaBackend, signals: list[tuple[str, str, str]]
+) -> None:
+    # Only the backend's own column marks a task; users' metadata is theirs.
+    metadata = {"django_task": {"backend": "default", "run_after": None}}
+    row = Client().enqueue(
+        {"args": [1, 2], "kwargs": {}}, kind="tests.tasks_for_tests.add", metadata=metadata
+    )
+
+    drain()
+
+    assert signals == []
+    job = Job.objects.get(id=row.id)
+    assert (job.state, job.metadata, job.django_task) == ("completed", metadata, None)
 
 
 @pytest.mark.django_db(transaction=True)

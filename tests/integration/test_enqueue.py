@@ -114,6 +114,29 @@ def test_a_dict_needs_an_explicit_kind() -> None:
     assert (row.kind, row.args) == ("core_enqueue_legacy", {"legacy": True})
     with pytest.raises(UnknownJobKind, match="explicit kind"):
         awa_django.enqueue({"legacy": True})
+    with pytest.raises(UnknownJobKind, match="explicit kind"):
+        awa_django.enqueue_many([{"legacy": True}])
+
+
+def test_enqueue_many_of_dicts_takes_kind_for_every_job() -> None:
+    ids = awa_django.enqueue_many([{"n": 1}, {"n": 2}], kind="core_enqueue_legacy")
+    rows = Job.objects.filter(id__in=ids).order_by("id").values_list("kind", "args")
+    assert list(rows) == [("core_enqueue_legacy", {"n": 1}), ("core_enqueue_legacy", {"n": 2})]
+
+
+@pytest.mark.parametrize("jobs", [CoreEnqueuePlain(n=1), {"n": 1}, "abc", 42])
+def test_enqueue_many_of_something_not_a_list_of_jobs_is_refused(jobs: Any) -> None:
+    with pytest.raises(InvalidEnqueueOption, match="iterable of args"):
+        awa_django.enqueue_many(jobs)
+
+
+def test_job_declarations_are_checked_with_the_enqueue_ranges() -> None:
+    # Declared defaults must fail at import, not on every enqueue of the kind.
+    for bad in ({"priority": 500}, {"priority": -99}, {"max_attempts": 0}, {"kind": ""}):
+        with pytest.raises(InvalidEnqueueOption):
+            awa_django.job(CoreEnqueuePlain, **bad)
+    with pytest.raises(InvalidQueueName):
+        awa_django.job(CoreEnqueuePlain, queue="no spaces")
 
 
 @pytest.mark.parametrize("delta", [dt.timedelta(hours=1), dt.timedelta(hours=-1)])
@@ -190,6 +213,14 @@ def test_enqueue_many_notifies_each_queue_once(listen: Any) -> None:
 
 
 # -- bad input: typed errors and nothing written ------------------------------------------
+def nested(depth: int) -> list[Any]:
+    """A list `depth` levels deep: [[[...]]]."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 BAD_OPTIONS: list[tuple[dict[str, Any], type[AwaError]]] = [
     ({"queue": "has space"}, InvalidQueueName),
     ({"queue": "x" * 201}, InvalidQueueName),
@@ -210,6 +241,27 @@ BAD_OPTIONS: list[tuple[dict[str, Any], type[AwaError]]] = [
     ({"run_at": dt.datetime(2030, 1, 1)}, InvalidEnqueueOption),
     ({"run_at": dt.date(2030, 1, 1)}, InvalidEnqueueOption),
     ({"metadata": {"x": object()}}, SerializationError),
+    # Each of these reached PostgreSQL before, whose refusal aborted the caller's transaction.
+    ({"queue": ""}, InvalidQueueName),
+    ({"kind": ""}, InvalidEnqueueOption),
+    ({"kind": 5}, InvalidEnqueueOption),
+    ({"kind": "k" * 201}, InvalidEnqueueOption),
+    ({"kind": "a\x00b"}, InvalidEnqueueOption),
+    ({"kind": "lone \ud800"}, InvalidEnqueueOption),
+    ({"tags": ["a\x00"]}, InvalidEnqueueOption),
+    ({"tags": ["lone \udfff"]}, InvalidEnqueueOption),
+    (
+        {"run_at": dt.datetime.min.replace(tzinfo=dt.timezone(dt.timedelta(hours=5)))},
+        InvalidEnqueueOption,
+    ),
+    (
+        {"run_at": dt.datetime.max.replace(tzinfo=dt.timezone(dt.timedelta(hours=-5)))},
+        InvalidEnqueueOption,
+    ),
+    ({"metadata": ["not", "a", "dict"]}, InvalidEnqueueOption),
+    ({"metadata": {"who": "lone \ud800"}}, SerializationError),
+    ({"metadata": {"who": "nul \x00"}}, SerializationError),
+    ({"metadata": {"deep": nested(101)}}, SerializationError),
 ]
 
 
@@ -217,20 +269,62 @@ BAD_OPTIONS: list[tuple[dict[str, Any], type[AwaError]]] = [
 def test_bad_options_raise_typed_errors_and_write_nothing(
     options: dict[str, Any], error: type[AwaError]
 ) -> None:
-    with pytest.raises(error):
-        awa_django.enqueue(CoreEnqueuePlain(n=1), **options)
-    with pytest.raises(error):
-        awa_django.enqueue_many([CoreEnqueuePlain(n=1), CoreEnqueuePlain(n=2)], **options)
-    assert not Job.objects.exists()
+    with transaction.atomic():
+        with pytest.raises(error):
+            awa_django.enqueue(CoreEnqueuePlain(n=1), **options)
+        with pytest.raises(error):
+            awa_django.enqueue_many([CoreEnqueuePlain(n=1), CoreEnqueuePlain(n=2)], **options)
+        assert not Job.objects.exists()  # and the caller's transaction is still usable
 
 
-@pytest.mark.parametrize("data", [object(), {1, 2}, float("nan"), "nul\x00char"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(object(), id="object"),
+        pytest.param({1, 2}, id="set"),
+        pytest.param(float("nan"), id="nan"),
+        pytest.param("nul\x00char", id="nul"),
+        pytest.param("lone \ud800 surrogate", id="high-surrogate"),
+        pytest.param("\udc00", id="low-surrogate"),
+        pytest.param({"key \udfff": 1}, id="surrogate-in-key"),
+        pytest.param(["ok \U0001f600", "\ud83d"], id="half-an-emoji"),
+        pytest.param(nested(101), id="101-deep"),
+        pytest.param(nested(20_000), id="20000-deep"),  # beyond Python's recursion limit
+        pytest.param(10**5000, id="5000-digits"),  # more than Python turns into text
+    ],
+)
 def test_args_that_json_cannot_hold_raise_serialization_error(data: Any) -> None:
-    with pytest.raises(SerializationError):
-        awa_django.enqueue(CoreEnqueueBlob(data=data))
-    with pytest.raises(SerializationError):
-        awa_django.enqueue_many([CoreEnqueueBlob(data=1), CoreEnqueueBlob(data=data)])
-    assert not Job.objects.exists()
+    with transaction.atomic():
+        with pytest.raises(SerializationError):
+            awa_django.enqueue(CoreEnqueueBlob(data=data))
+        with pytest.raises(SerializationError):
+            awa_django.enqueue_many([CoreEnqueueBlob(data=1), CoreEnqueueBlob(data=data)])
+        assert not Job.objects.exists()  # and the caller's transaction is still usable
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param("\U0001f600 emoji", id="emoji"),
+        pytest.param("\\ud800 looks like an escape", id="escape-lookalike"),
+        pytest.param(nested(99), id="100-deep"),  # the args object is the 100th level
+        pytest.param("[" * 500, id="brackets-in-text"),
+    ],
+)
+def test_unusual_args_that_postgresql_can_hold_are_stored(data: Any) -> None:
+    row = awa_django.enqueue(CoreEnqueueBlob(data=data))
+    assert Job.objects.get(id=row.id).args == {"data": data}
+
+
+def test_error_messages_say_what_is_wrong() -> None:
+    with pytest.raises(SerializationError, match="lone surrogate"):
+        awa_django.enqueue(CoreEnqueueBlob(data="\ud800"))
+    with pytest.raises(SerializationError, match="more than 100 levels deep"):
+        awa_django.enqueue(CoreEnqueueBlob(data=nested(20_000)))
+    with pytest.raises(InvalidEnqueueOption, match="the limit is 200"):
+        awa_django.enqueue({}, kind="k" * 201)
+    with pytest.raises(InvalidEnqueueOption, match="NUL"):
+        awa_django.enqueue(CoreEnqueuePlain(n=1), tags=["a\x00"])
 
 
 def test_text_that_merely_looks_like_a_nul_escape_is_stored() -> None:

@@ -1,17 +1,24 @@
-"""Queue operations and figures (`awa_django.queues`) and the estimated-count paginator,
+"""Queue operations and figures through the Client (`pause_queue`, `resume_queue`,
+`queue_stats`, `live_workers`), the duration display and the estimated-count paginator,
 against the real database."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from dataclasses import dataclass
 
 import factory
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
 from django.utils import timezone
 
+import awa_django
 from awa_django.admin.paginator import EstimatedCountPaginator
+from awa_django.client import Client, QueueStats
+from awa_django.display import format_duration
 from awa_django.exceptions import InvalidQueueName
-from awa_django.storage import figures as queues
 from awa_django.storage.models import Job, QueueState, WorkerInstance
 from tests.factories import JobFactory
 
@@ -32,7 +39,7 @@ def ago(seconds: float) -> dt.datetime:
     return timezone.now() - dt.timedelta(seconds=seconds)
 
 
-def by_name(stats: list[queues.QueueStats]) -> dict[str, queues.QueueStats]:
+def by_name(stats: list[QueueStats]) -> dict[str, QueueStats]:
     return {q.queue: q for q in stats}
 
 
@@ -43,7 +50,7 @@ def test_depth_counts_each_state_per_queue_but_not_completed():
     JobFactory(queue="email", state="waiting_external")
     JobFactory(queue="email", state="completed", finalized_at=ago(3600))
 
-    stats = by_name(queues.queue_stats())
+    stats = by_name(Client().queue_stats())
 
     assert stats["default"].depth == {"available": 3, "running": 2, "failed": 1}
     assert stats["default"].running == 2
@@ -52,10 +59,10 @@ def test_depth_counts_each_state_per_queue_but_not_completed():
 
 
 def test_configured_queues_are_listed_even_without_jobs():
-    names = [q.queue for q in queues.queue_stats()]
+    names = [q.queue for q in Client().queue_stats()]
     assert names == sorted(names)
     assert {"default", "email"} <= set(names)
-    assert by_name(queues.queue_stats())["email"].depth == {}
+    assert by_name(Client().queue_stats())["email"].depth == {}
 
 
 def test_throughput_counts_completions_in_the_last_minute_and_window():
@@ -64,11 +71,11 @@ def test_throughput_counts_completions_in_the_last_minute_and_window():
     JobFactory(queue="email", state="completed", finalized_at=ago(600))
     JobFactory(queue="email", state="failed", finalized_at=ago(20))
 
-    email = by_name(queues.queue_stats(window_minutes=5))["email"]
+    email = by_name(Client().queue_stats(window_minutes=5))["email"]
 
     assert (email.completed_last_minute, email.completed_in_window) == (1, 2)
     assert email.throughput_per_minute == pytest.approx(0.4)
-    assert by_name(queues.queue_stats(window_minutes=15))["email"].completed_in_window == 3
+    assert by_name(Client().queue_stats(window_minutes=15))["email"].completed_in_window == 3
 
 
 def test_lag_is_the_age_of_the_oldest_available_job():
@@ -76,7 +83,7 @@ def test_lag_is_the_age_of_the_oldest_available_job():
     JobFactory(queue="default", state="available", run_at=ago(5))
     JobFactory(queue="default", state="scheduled", run_at=ago(900))  # not yet promoted
 
-    stats = by_name(queues.queue_stats())
+    stats = by_name(Client().queue_stats())
 
     assert 110 < stats["default"].lag_seconds < 200
     assert stats["email"].lag_seconds is None
@@ -85,39 +92,78 @@ def test_lag_is_the_age_of_the_oldest_available_job():
 def test_queue_stats_is_four_queries(django_assert_num_queries):
     JobFactory.create_batch(5, state="available")
     with django_assert_num_queries(4):
-        queues.queue_stats()
+        Client().queue_stats()
 
 
 def test_queue_stats_rejects_an_empty_window():
     with pytest.raises(ValueError, match="window_minutes"):
-        queues.queue_stats(window_minutes=0)
+        Client().queue_stats(window_minutes=0)
 
 
 def test_pause_and_resume_are_idempotent_and_show_in_stats():
-    paused = queues.pause_queue("email", by="ops@example.com")
-    queues.pause_queue("email", by="ops@example.com")
+    paused = Client().pause_queue("email", by="ops@example.com")
+    Client().pause_queue("email", by="ops@example.com")
 
     assert paused.paused and paused.paused_at is not None
-    email = by_name(queues.queue_stats())["email"]
+    email = by_name(Client().queue_stats())["email"]
     assert (email.paused, email.paused_by) == (True, "ops@example.com")
 
-    queues.resume_queue("email")
-    queues.resume_queue("email")
+    Client().resume_queue("email")
+    Client().resume_queue("email")
 
     row = QueueState.objects.get(queue="email")
     assert (row.paused, row.paused_at, row.paused_by) == (False, None, "")
-    assert by_name(queues.queue_stats())["email"].paused is False
+    assert by_name(Client().queue_stats())["email"].paused is False
 
 
 def test_a_paused_queue_without_jobs_or_config_is_listed():
-    queues.pause_queue("reports")
-    assert by_name(queues.queue_stats())["reports"].paused
+    Client().pause_queue("reports")
+    assert by_name(Client().queue_stats())["reports"].paused
 
 
 def test_pause_rejects_a_bad_queue_name():
     with pytest.raises(InvalidQueueName):
-        queues.pause_queue("no spaces allowed")
+        Client().pause_queue("no spaces allowed")
     assert not QueueState.objects.exists()
+
+
+def test_paused_by_is_stored_whatever_text_it_gets():
+    with transaction.atomic():
+        state = Client().pause_queue("email", by="nul\x00 lone\ud800 " + "x" * 300)
+        assert QueueState.objects.get(queue="email").paused_by == state.paused_by
+    assert "\x00" not in state.paused_by and len(state.paused_by) == 200
+
+
+@dataclass
+class QueuesDeclared:
+    n: int
+
+
+@awa_django.job(QueuesDeclared, queue="queues-declared")
+def queues_declared(job: awa_django.JobContext[QueuesDeclared]) -> None:
+    return None
+
+
+def test_known_queues_are_configured_declared_or_paused_once():
+    Client().pause_queue("reports")
+    Client().resume_queue("reports")
+    known = Client().known_queues()
+    assert {"default", "email", "reports"} <= known  # AWA["QUEUES"] and the queue state
+    assert "queues-declared" in known  # by the @job above
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queue_operations_have_async_twins():
+    async def operate() -> tuple[bool, bool, list[str]]:
+        client = Client()
+        paused = await client.apause_queue("email", by="ops")
+        resumed = await client.aresume_queue("email")
+        stats = await client.aqueue_stats()
+        await sync_to_async(connections.close_all)()
+        return paused.paused, resumed.paused, [q.queue for q in stats]
+
+    paused, resumed, names = asyncio.run(operate())
+    assert (paused, resumed) == (True, False) and "email" in names
 
 
 def test_live_workers_are_the_recently_seen_ones_leader_first():
@@ -125,9 +171,9 @@ def test_live_workers_are_the_recently_seen_ones_leader_first():
     WorkerInstanceFactory(worker_id="b", hostname="host-b")
     WorkerInstanceFactory(worker_id="leader", hostname="host-z", leader=True)
 
-    assert [w.worker_id for w in queues.live_workers()] == ["leader", "b"]
+    assert [w.worker_id for w in Client().live_workers()] == ["leader", "b"]
     # then by hostname: "old" runs on host-a
-    assert [w.worker_id for w in queues.live_workers(within_seconds=3600)] == [
+    assert [w.worker_id for w in Client().live_workers(within_seconds=3600)] == [
         "leader",
         "old",
         "b",
@@ -136,7 +182,7 @@ def test_live_workers_are_the_recently_seen_ones_leader_first():
 
 def test_as_dict_lists_every_depth_state():
     JobFactory(state="failed")
-    doc = by_name(queues.queue_stats())["default"].as_dict()
+    doc = by_name(Client().queue_stats())["default"].as_dict()
     assert doc["depth"] == {
         "scheduled": 0,
         "available": 0,
@@ -161,7 +207,7 @@ def test_as_dict_lists_every_depth_state():
     ],
 )
 def test_format_duration(seconds, text):
-    assert queues.format_duration(seconds) == text
+    assert format_duration(seconds) == text
 
 
 # -- the paginator -----------------------------------------------------------------------
@@ -192,9 +238,9 @@ def test_unhandled_kinds_are_waiting_kinds_no_live_worker_has():
     JobFactory(kind="send_receipt")
     JobFactory(kind="charge_card", state="retryable")
     JobFactory(kind="shop.tasks.refund")  # a django.tasks kind: w2 resolves those
-    assert queues.unhandled_kinds() == {"new_kind": 2}
+    assert Client().unhandled_kinds() == {"new_kind": 2}
 
 
 def test_unhandled_kinds_is_empty_without_a_live_worker():
     JobFactory(kind="anything")
-    assert queues.unhandled_kinds() == {}
+    assert Client().unhandled_kinds() == {}

@@ -33,6 +33,7 @@ from awa_django.channels import CANCEL_CHANNEL, channel_for
 from awa_django.conf import AwaSettings, QueueConfig
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
+from awa_django.registry import registry
 from awa_django.results import RetryAfter
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
@@ -412,6 +413,7 @@ def test_registrar_upserts_the_worker_row_and_deregister_removes_it() -> None:
             is_leader=lambda: bool(state["leader"]),
             completed=lambda: int(state["completed"]),
             log_interval=60,
+            hooks_dropped=lambda: int(state["completed"]) // 7 * 3,
         )
         rows: list[dict[str, Any]] = []
         try:
@@ -438,12 +440,17 @@ def test_registrar_upserts_the_worker_row_and_deregister_removes_it() -> None:
         "completed_count": 0,
         "started_at": first["started_at"],
         "last_seen_at": first["started_at"],
+        # What "no live worker handles kind X" is computed from (decision 011).
+        "kinds": sorted(definition.kind for definition in registry.jobs()),
+        "serves_tasks": registry.resolves_on_demand,
+        "hooks_dropped": 0,
     }
     assert (second["leader"], second["shutting_down"], second["completed_count"]) == (
         True,
         True,
         7,
     )
+    assert second["hooks_dropped"] == 3
     assert second["started_at"] == first["started_at"]
     assert second["last_seen_at"] > first["last_seen_at"]
     assert not WorkerInstance.objects.exists()

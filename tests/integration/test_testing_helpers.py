@@ -227,8 +227,10 @@ def test_assert_enqueued_accepts_django_tasks(settings: Any) -> None:
     t.echo.enqueue(1, (2, 3), k="v")
 
     assert_enqueued(t.echo, args=[1, (2, 3)], kwargs={"k": "v"})
-    assert_enqueued("tests.tasks_for_tests.echo", count=1)
+    [job] = assert_enqueued("tests.tasks_for_tests.echo", count=1)
     assert_not_enqueued(t.add)
+    # The backend's marker lives in its own column, not in the job's metadata.
+    assert (job.metadata, job.django_task) == ({}, {"backend": "default", "run_after": None})
 
 
 # -- capture_events ----------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_dumps_reports_nesting_too_deep_to_encode() -> None:
     value: Any = []
     for _ in range(100_000):
         value = [value]
-    with pytest.raises(SerializationError, match="cannot be serialised"):
+    with pytest.raises(SerializationError, match="more than 100 levels deep"):
         dumps(value, what="payload")
 
 
@@ -272,3 +272,44 @@ def test_fields_outside_init_round_trip() -> None:
     assert decode_args(CoreCodecDerived, stored) == CoreCodecDerived(price=3)
     with pytest.raises(InvalidJobArgs, match="unexpected"):
         decode_args(CoreCodecDerived, {"price": 3, "nope": 1})
+
+
+# -- text PostgreSQL's jsonb refuses ----------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    ["\ud800", "a\udbffb", "\udc00", "\udfff\ud800", "\\\ud800", "ok \U0001f600 \ud83d"],
+)
+def test_dumps_rejects_lone_surrogates_anywhere(text: str) -> None:
+    with pytest.raises(SerializationError, match="lone surrogate"):
+        dumps({"x": text}, what="args")
+    with pytest.raises(SerializationError, match="lone surrogate"):
+        dumps({text: 1}, what="args")
+
+
+@pytest.mark.parametrize("text", ["\U0001f600", "\\ud800", "\\\\ud800", "\\udc00\\ud800", "é"])
+def test_dumps_accepts_surrogate_pairs_and_lookalike_text(text: str) -> None:
+    assert json.loads(dumps({"x": text}, what="args"))["x"] == text
+
+
+def deep(levels: int) -> Any:
+    """Containers `levels` deep, lists and dicts in turn."""
+    value: Any = 0
+    for level in range(levels):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+@pytest.mark.parametrize("levels", [101, 150, 5_000, 50_000])
+def test_dumps_rejects_nesting_deeper_than_100_levels(levels: int) -> None:
+    with pytest.raises(SerializationError, match="more than 100 levels deep"):
+        dumps(deep(levels), what="args")
+
+
+def test_dumps_accepts_100_levels_and_brackets_inside_strings() -> None:
+    assert json.loads(dumps(deep(100), what="args")) == deep(100)
+    assert dumps({"x": "[{" * 1000, "y": [[1]] * 500}, what="args")
+
+
+def test_encode_args_rejects_deep_dataclass_args() -> None:
+    with pytest.raises(SerializationError, match="levels deep"):
+        encode_args_json(CoreCodecArgs(order_id=1, email="e", extra={"v": deep(20_000)}), what="a")

@@ -10,15 +10,9 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, ProgrammingError, connections
 
+from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats
 from awa_django.conf import awa_settings
-from awa_django.storage.figures import (
-    DEPTH_STATES,
-    QueueStats,
-    format_duration,
-    live_workers,
-    queue_stats,
-)
-from awa_django.storage.models import WorkerInstance
+from awa_django.display import format_duration
 
 SHORT_NAMES = {"waiting_external": "waiting"}
 
@@ -47,9 +41,10 @@ class Command(BaseCommand):
             self.stdout.write(_workers_text(workers))
 
 
-def _collect(window: int, using: str) -> tuple[list[QueueStats], list[WorkerInstance]]:
+def _collect(window: int, using: str) -> tuple[list[QueueStats], list[LiveWorker]]:
     try:
-        return queue_stats(window, using=using), live_workers(using=using)
+        client = Client(using)
+        return client.queue_stats(window), client.live_workers()
     except ProgrammingError as exc:
         if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
             raise CommandError(
@@ -61,9 +56,7 @@ def _collect(window: int, using: str) -> tuple[list[QueueStats], list[WorkerInst
         raise CommandError(f"cannot read queue figures from database {using!r}: {exc}") from exc
 
 
-def _document(
-    stats: list[QueueStats], workers: list[WorkerInstance], window: int
-) -> dict[str, Any]:
+def _document(stats: list[QueueStats], workers: list[LiveWorker], window: int) -> dict[str, Any]:
     return {
         "window_minutes": window,
         "queues": [q.as_dict() for q in stats],
@@ -121,7 +114,7 @@ def _cell(value: str, width: int, index: int) -> str:
     return value.ljust(width) if index in (0, len(DEPTH_STATES) + 4) else value.rjust(width)
 
 
-def _workers_text(workers: list[WorkerInstance]) -> str:
+def _workers_text(workers: list[LiveWorker]) -> str:
     if not workers:
         return "\nNo live workers (none reported in recently)."
     lines = [f"\n{len(workers)} live worker{'s' if len(workers) != 1 else ''}:"]

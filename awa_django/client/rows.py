@@ -1,0 +1,186 @@
+"""The rows enqueue writes: its arguments checked and resolved against the `@job`
+declaration and the defaults in `conf`, then serialised, all before any SQL.
+
+Planning is pure (no database access), so every bad input fails here with a typed error and
+the caller's transaction is never touched; `Client` then writes the plan in one statement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from awa_django.channels import channel_for
+from awa_django.codec import dumps, encode_args_json
+from awa_django.conf import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    awa_settings,
+    validate_queue_name,
+)
+from awa_django.exceptions import InvalidEnqueueOption, UnknownJobKind
+from awa_django.options import (
+    check_kind,
+    check_max_attempts,
+    check_metadata,
+    check_priority,
+    check_run_at,
+    check_tags,
+)
+from awa_django.registry import JobDefinition, kind_for, registry
+from awa_django.states import JobState
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """The options of one enqueue call as the caller gave them. None means: the `@job`
+    declaration's value for this kind, else the default in `conf`."""
+
+    kind: str | None = None
+    queue: str | None = None
+    priority: int | None = None
+    run_at: dt.datetime | None = None
+    max_attempts: int | None = None
+    tags: Sequence[str] = ()
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """Everything about a row except its args, checked and serialised: resolved once per
+    enqueue call, or once per args type in `enqueue_many`."""
+
+    kind: str
+    queue: str
+    state: str
+    priority: int
+    max_attempts: int
+    run_at: dt.datetime | None
+    metadata: str  # JSON text
+    tags: list[str]
+    tags_json: str  # job_insert_many takes each row's tags as JSON: no ragged text[][]
+
+    @property
+    def what(self) -> str:
+        """How errors name the args of this row."""
+        return f"args of {self.kind}"
+
+    @property
+    def channels(self) -> list[str]:
+        """The NOTIFY channel to wake, none for a scheduled job (promotion wakes it)."""
+        return [channel_for(self.queue)] if self.state == JobState.AVAILABLE else []
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRows:
+    """`enqueue_many`'s rows as the parallel arrays `job_insert_many` takes."""
+
+    kinds: list[str]
+    queues: list[str]
+    args: list[str]
+    states: list[str]
+    priorities: list[int]
+    max_attempts: list[int]
+    run_ats: list[dt.datetime | None]
+    metadata: list[str]
+    tags: list[str]  # JSON arrays
+    channels: list[str]
+
+
+def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
+    """Check every option of a job of `args` (not the args themselves)."""
+    kind = _kind(args, options.kind)
+    # Looked up only after check_kind: a registry resolver may import a module by kind.
+    queue, priority, max_attempts = _declared(registry.job(kind))
+    run_at = check_run_at(options.run_at)
+    check_metadata(options.metadata)
+    tags = check_tags(options.tags)
+    return JobTemplate(
+        kind=kind,
+        queue=validate_queue_name(queue if options.queue is None else options.queue),
+        state=JobState.AVAILABLE if run_at is None else JobState.SCHEDULED,
+        priority=check_priority(priority if options.priority is None else options.priority),
+        max_attempts=check_max_attempts(
+            max_attempts if options.max_attempts is None else options.max_attempts
+        ),
+        run_at=run_at,
+        metadata=dumps(options.metadata or {}, what="metadata", limit=_limit()),
+        tags=tags,
+        tags_json=dumps(tags, what="tags"),
+    )
+
+
+def plan_one(args: Any, options: EnqueueOptions) -> tuple[JobTemplate, str]:
+    """The template of one job and its args as JSON text."""
+    template = plan_template(args, options)
+    return template, encode_args_json(args, what=template.what, limit=_limit())
+
+
+def plan_many(jobs: Iterable[Any], options: EnqueueOptions) -> BulkRows:
+    """Every job's row. Options are resolved once per args type, since they are shared by
+    every job of it; per job only its args are serialised. The bulk-insert hot path."""
+    limit = _limit()
+    templates: dict[type, JobTemplate] = {}
+    rows: list[tuple[JobTemplate, str]] = []
+    for args in _each(jobs):
+        template = templates.get(type(args))
+        if template is None:
+            template = templates[type(args)] = plan_template(args, options)
+        rows.append((template, encode_args_json(args, what=template.what, limit=limit)))
+    channels = sorted({c for t in templates.values() for c in t.channels})
+    return _columns(rows, channels)
+
+
+def _columns(rows: list[tuple[JobTemplate, str]], channels: list[str]) -> BulkRows:
+    return BulkRows(
+        kinds=[t.kind for t, _ in rows],
+        queues=[t.queue for t, _ in rows],
+        args=[a for _, a in rows],
+        states=[t.state for t, _ in rows],
+        priorities=[t.priority for t, _ in rows],
+        max_attempts=[t.max_attempts for t, _ in rows],
+        run_ats=[t.run_at for t, _ in rows],
+        metadata=[t.metadata for t, _ in rows],
+        tags=[t.tags_json for t, _ in rows],
+        channels=channels,
+    )
+
+
+def _kind(args: Any, kind: str | None) -> str:
+    if kind is not None:
+        return check_kind(kind)
+    if isinstance(args, dict):
+        raise UnknownJobKind(
+            "enqueueing a dict needs an explicit kind= naming its handler, e.g. "
+            "enqueue({...}, kind='send_receipt'); or enqueue an args dataclass instance"
+        )
+    return check_kind(kind_for(type(args)))
+
+
+def _declared(definition: JobDefinition | None) -> tuple[str, int, int]:
+    """Queue, priority and max_attempts of the `@job` declaration, else of `conf`."""
+    if definition is None:
+        return DEFAULT_QUEUE, DEFAULT_PRIORITY, DEFAULT_MAX_ATTEMPTS
+    return definition.queue, definition.priority, definition.max_attempts
+
+
+def _each(jobs: Iterable[Any]) -> Iterator[Any]:
+    if isinstance(jobs, str | bytes | dict) or dataclasses.is_dataclass(jobs):
+        raise InvalidEnqueueOption(
+            "enqueue_many takes an iterable of args (a list of dataclass instances); "
+            f"got one {type(jobs).__name__}: use enqueue() for a single job"
+        )
+    try:
+        return iter(jobs)
+    except TypeError:
+        raise InvalidEnqueueOption(
+            f"enqueue_many takes an iterable of args, got {type(jobs).__name__}"
+        ) from None
+
+
+def _limit() -> int:
+    return awa_settings().max_args_bytes
