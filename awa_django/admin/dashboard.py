@@ -35,6 +35,7 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "states": DEPTH_STATES,
         "queues": [_queue_row(q, changelist) for q in stats],
         "workers": [_worker_row(w) for w in client.live_workers()],
+        "unhandled": _unhandled_rows(client.unhandled_kinds(), changelist),
         "window_minutes": WINDOW_MINUTES,
         "can_pause": request.user.has_perm(PAUSE_PERMISSION),
         "operation_url": reverse(f"{model_admin.admin_site.name}:awa_django_queue_operation"),
@@ -42,6 +43,15 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "admin/awa_django/dashboard.html", context)
+
+
+def _unhandled_rows(kinds: dict[str, int], changelist: str) -> list[dict[str, Any]]:
+    """Kinds with waiting jobs that no live worker can run (a deploy in progress, or a
+    worker missing): each links to its jobs."""
+    return [
+        {"kind": kind, "waiting": count, "url": changelist + "?" + urlencode({"kind": kind})}
+        for kind, count in sorted(kinds.items())
+    ]
 
 
 def _client(model_admin: Any) -> Client:

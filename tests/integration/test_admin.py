@@ -510,6 +510,23 @@ def test_dashboard_shows_queue_figures_and_live_workers(client, operator):
     assert 'value="pause"' in text
 
 
+def test_dashboard_lists_kinds_no_live_worker_handles(client, operator):
+    operator(client)
+    WorkerInstanceFactory(hostname="old-1", kinds=["send_receipt"], hooks_dropped=12)
+    JobFactory(kind="send_receipt")
+    JobFactory.create_batch(3, kind="new_in_this_deploy", state="scheduled")
+
+    response = client.get(reverse(DASHBOARD))
+    text = response.content.decode()
+
+    assert [(r["kind"], r["waiting"]) for r in response.context["unhandled"]] == [
+        ("new_in_this_deploy", 3)
+    ]
+    assert "Kinds no live worker handles" in text and "?kind=new_in_this_deploy" in text
+    assert ">12<" in text  # the worker's dropped hook events
+
+
+@pytest.mark.django_db
 def test_dashboard_hides_buttons_without_pause_permission(client, operator):
     operator(client)
     text = client.get(reverse(DASHBOARD)).content.decode()

@@ -154,3 +154,16 @@ def test_unmigrated_database_exits_non_zero_with_advice_and_no_traceback(empty_d
     assert done.returncode == 1
     assert "run `python manage.py migrate`" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.mark.django_db
+def test_kinds_no_live_worker_handles_are_listed():
+    WorkerInstance.objects.create(
+        worker_id="w-old", hostname="box", pid=78, queues={"default": 4}, kinds=["send_receipt"]
+    )
+    JobFactory(kind="send_receipt")
+    JobFactory.create_batch(2, kind="brand_new_kind", state="scheduled")
+    doc = json.loads(status("--json"))
+    assert doc["unhandled_kinds"] == {"brand_new_kind": 2}
+    assert doc["workers"][0]["kinds"] == ["send_receipt"]
+    assert "Kinds no live worker handles (waiting jobs):\n  brand_new_kind: 2" in status()

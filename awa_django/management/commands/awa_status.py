@@ -33,18 +33,20 @@ class Command(BaseCommand):
             raise CommandError(f"unknown database alias {using!r}; see DATABASES in settings")
         if options["window"] < 1:
             raise CommandError("--window must be at least 1 minute")
-        stats, workers = _collect(options["window"], using)
+        stats, workers, unhandled = _collect(options["window"], using)
         if options["json"]:
-            self.stdout.write(json.dumps(_document(stats, workers, options["window"]), indent=2))
+            document = _document(stats, workers, options["window"])
+            self.stdout.write(json.dumps({**document, "unhandled_kinds": unhandled}, indent=2))
         else:
             self.stdout.write(_table(stats, options["window"]))
+            self.stdout.write(_unhandled_text(unhandled))
             self.stdout.write(_workers_text(workers))
 
 
-def _collect(window: int, using: str) -> tuple[list[QueueStats], list[LiveWorker]]:
+def _collect(window: int, using: str) -> tuple[list[QueueStats], list[LiveWorker], dict[str, int]]:
     try:
         client = Client(using)
-        return client.queue_stats(window), client.live_workers()
+        return client.queue_stats(window), client.live_workers(), client.unhandled_kinds()
     except ProgrammingError as exc:
         if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
             raise CommandError(
@@ -71,6 +73,8 @@ def _document(stats: list[QueueStats], workers: list[LiveWorker], window: int) -
                 "leader": w.leader,
                 "shutting_down": w.shutting_down,
                 "completed_count": w.completed_count,
+                "kinds": w.kinds,
+                "hooks_dropped": w.hooks_dropped,
             }
             for w in workers
         ],
@@ -112,6 +116,15 @@ def _status(q: QueueStats) -> str:
 def _cell(value: str, width: int, index: int) -> str:
     # Names and status read left-aligned, figures right-aligned.
     return value.ljust(width) if index in (0, len(DEPTH_STATES) + 4) else value.rjust(width)
+
+
+def _unhandled_text(unhandled: dict[str, int]) -> str:
+    """Kinds with waiting jobs no live worker has a handler for (decision 011)."""
+    if not unhandled:
+        return ""
+    lines = ["\nKinds no live worker handles (waiting jobs):"]
+    lines += [f"  {kind}: {count}" for kind, count in sorted(unhandled.items())]
+    return "\n".join(lines)
 
 
 def _workers_text(workers: list[LiveWorker]) -> str:
