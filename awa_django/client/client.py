@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
@@ -22,7 +22,13 @@ from django.db.models.functions import Now
 from awa_django.client import callbacks
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.delivery import dispatch_on_commit
-from awa_django.client.rows import EnqueueOptions, JobTemplate, plan_many, plan_one
+from awa_django.client.rows import (
+    EnqueueKwargs,
+    EnqueueOptions,
+    JobTemplate,
+    plan_many,
+    plan_one,
+)
 from awa_django.codec import dumps, storable_text
 from awa_django.conf import awa_settings, validate_queue_name
 from awa_django.events import Cancelled
@@ -55,14 +61,7 @@ class Client:
     def enqueue(
         self,
         args: Any,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: dt.datetime | None = None,
-        max_attempts: int | None = None,
-        tags: Sequence[str] = (),
-        metadata: dict[str, Any] | None = None,
+        **options: Unpack[EnqueueKwargs],
     ) -> JobSnapshot:
         """Insert one job in the caller's transaction and return its row.
 
@@ -73,8 +72,7 @@ class Client:
         PayloadTooLarge (args, metadata), UnknownJobKind (a dict without `kind`),
         InvalidQueueName, InvalidEnqueueOption (kind, priority, max_attempts, tags, run_at).
         """
-        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
-        return self._enqueue(args, options)
+        return self._enqueue(args, EnqueueOptions(**options))
 
     def _enqueue(self, args: Any, options: EnqueueOptions) -> JobSnapshot:
         template, encoded = plan_one(args, options)
@@ -83,14 +81,7 @@ class Client:
     def enqueue_many(
         self,
         jobs: Iterable[Any],
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: dt.datetime | None = None,
-        max_attempts: int | None = None,
-        tags: Sequence[str] = (),
-        metadata: dict[str, Any] | None = None,
+        **options: Unpack[EnqueueKwargs],
     ) -> list[int]:
         """Insert many jobs sharing the given options in one statement and one round trip,
         in the caller's transaction; return their ids in input order.
@@ -99,8 +90,7 @@ class Client:
         when the jobs are dicts. Every job is checked before the statement runs, so one bad
         job raises (as `enqueue` would) and nothing is written.
         """
-        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
-        return self._enqueue_many(jobs, options)
+        return self._enqueue_many(jobs, EnqueueOptions(**options))
 
     def _enqueue_many(self, jobs: Iterable[Any], options: EnqueueOptions) -> list[int]:
         rows = plan_many(jobs, options)
@@ -158,34 +148,18 @@ class Client:
     async def aenqueue(
         self,
         args: Any,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: dt.datetime | None = None,
-        max_attempts: int | None = None,
-        tags: Sequence[str] = (),
-        metadata: dict[str, Any] | None = None,
+        **options: Unpack[EnqueueKwargs],
     ) -> JobSnapshot:
         """`enqueue` for async code."""
-        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
-        return await sync_to_async(self._enqueue)(args, options)
+        return await sync_to_async(self._enqueue)(args, EnqueueOptions(**options))
 
     async def aenqueue_many(
         self,
         jobs: Iterable[Any],
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: dt.datetime | None = None,
-        max_attempts: int | None = None,
-        tags: Sequence[str] = (),
-        metadata: dict[str, Any] | None = None,
+        **options: Unpack[EnqueueKwargs],
     ) -> list[int]:
         """`enqueue_many` for async code."""
-        options = EnqueueOptions(kind, queue, priority, run_at, max_attempts, tags, metadata)
-        return await sync_to_async(self._enqueue_many)(jobs, options)
+        return await sync_to_async(self._enqueue_many)(jobs, EnqueueOptions(**options))
 
     # -- jobs ---------------------------------------------------------------------------
     def get_job(self, job_id: int) -> JobSnapshot:

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from awa_django.channels import channel_for
 from awa_django.codec import dumps, encode_args_json
@@ -33,6 +33,25 @@ from awa_django.options import (
 )
 from awa_django.registry import JobDefinition, kind_for, registry
 from awa_django.states import JobState
+
+
+class EnqueueKwargs(TypedDict, total=False):
+    """The keyword options of `enqueue`, `enqueue_many` and their twins, declared once:
+    every signature takes them as `**options: Unpack[EnqueueKwargs]`, so editors and mypy
+    see each one. All optional; None means the `@job` declaration's value, else `conf`'s.
+
+    kind: the handler's kind (required for dict args; derived from the dataclass otherwise)
+    queue, priority (lower runs first, 1 urgent .. 4 batch), run_at (aware datetime: the
+    job is scheduled until then), max_attempts, tags (at most 20 strings), metadata (dict).
+    """
+
+    kind: str | None
+    queue: str | None
+    priority: int | None
+    run_at: dt.datetime | None
+    max_attempts: int | None
+    tags: Sequence[str]
+    metadata: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)

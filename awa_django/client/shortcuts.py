@@ -3,114 +3,54 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Unpack
 
 from awa_django.client.client import Client
+from awa_django.client.rows import EnqueueKwargs
 from awa_django.snapshot import JobSnapshot
 
 
 def enqueue(
     args: Any,
     *,
-    kind: str | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-    tags: Sequence[str] = (),
-    metadata: dict[str, Any] | None = None,
     using: str | None = None,
+    **options: Unpack[EnqueueKwargs],
 ) -> JobSnapshot:
     """Enqueue one job in the current transaction of database `using`. See
     `Client.enqueue` for the options and the errors.
 
         awa_django.enqueue(SendReceipt(order_id=7), queue="email", tags=["vip"])
     """
-    return Client(using).enqueue(
-        args,
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        tags=tags,
-        metadata=metadata,
-    )
+    return Client(using).enqueue(args, **options)
 
 
 def enqueue_many(
     jobs: Iterable[Any],
     *,
-    kind: str | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-    tags: Sequence[str] = (),
-    metadata: dict[str, Any] | None = None,
     using: str | None = None,
+    **options: Unpack[EnqueueKwargs],
 ) -> list[int]:
     """Enqueue many jobs in one statement; their ids in input order. `kind` applies to
     every job (required for dicts). See `Client.enqueue_many`."""
-    return Client(using).enqueue_many(
-        jobs,
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        tags=tags,
-        metadata=metadata,
-    )
+    return Client(using).enqueue_many(jobs, **options)
 
 
 async def aenqueue(
     args: Any,
     *,
-    kind: str | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-    tags: Sequence[str] = (),
-    metadata: dict[str, Any] | None = None,
     using: str | None = None,
+    **options: Unpack[EnqueueKwargs],
 ) -> JobSnapshot:
     """`enqueue` for async code."""
-    return await Client(using).aenqueue(
-        args,
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        tags=tags,
-        metadata=metadata,
-    )
+    return await Client(using).aenqueue(args, **options)
 
 
 async def aenqueue_many(
     jobs: Iterable[Any],
     *,
-    kind: str | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: dt.datetime | None = None,
-    max_attempts: int | None = None,
-    tags: Sequence[str] = (),
-    metadata: dict[str, Any] | None = None,
     using: str | None = None,
+    **options: Unpack[EnqueueKwargs],
 ) -> list[int]:
     """`enqueue_many` for async code."""
-    return await Client(using).aenqueue_many(
-        jobs,
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        tags=tags,
-        metadata=metadata,
-    )
+    return await Client(using).aenqueue_many(jobs, **options)
