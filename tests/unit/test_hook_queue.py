@@ -57,3 +57,21 @@ def test_sync_hooks_run_on_the_queue_threads_in_registration_order(clean_hooks) 
     assert [name for name, _ in seen] == ["first", "second"]
     assert seen[0][1].startswith("awa-hook")  # not the loop's default executor
     assert seen[1][1] == "MainThread"  # async hooks run on the loop
+
+
+def test_events_no_hook_wants_take_no_room_in_the_backlog(clean_hooks) -> None:
+    """A kind hooked on Completed only: its Started events must not fill the backlog, or
+    under "drop" they push out the Completed events a hook wants (and under "pause" they
+    stop claiming for nothing)."""
+    awa_django.on_event_kind("unit_hq_completed_only", lambda event: None, events={Completed})
+
+    async def scenario() -> tuple[int, int]:
+        queue = HookQueue(capacity=3)
+        for job_id in range(3):
+            row = make_row(kind="unit_hq_completed_only", id=job_id)
+            queue.put(Started(job=row))
+            queue.put(Completed(job=replace(row, state="completed")))
+        queue.close()
+        return queue.pending, queue.dropped
+
+    assert asyncio.run(scenario()) == (3, 0)
