@@ -81,12 +81,24 @@ def _callback_secrets() -> dict[str, Any]:
     return {"CALLBACK_SECRET": env.str("AWA_CALLBACK_SECRET", default=DEMO_CALLBACK_SECRET)}
 
 
+def _hook_backlog() -> dict[str, Any]:
+    """AWA_HOOK_OVERFLOW ("drop" | "pause") and AWA_HOOK_BACKLOG (events), when set: the
+    acceptance tests run workers with a tiny backlog this way. Unset, the defaults apply."""
+    overrides: dict[str, Any] = {}
+    if env.str("AWA_HOOK_OVERFLOW", default=""):
+        overrides["HOOK_OVERFLOW"] = env.str("AWA_HOOK_OVERFLOW")
+    if env.str("AWA_HOOK_BACKLOG", default=""):
+        overrides["HOOK_BACKLOG"] = env.int("AWA_HOOK_BACKLOG")
+    return overrides
+
+
 AWA = {
     "QUEUES": {
         "default": {"concurrency": 10},
         "email": {"concurrency": 4, "deadline": 60},
     },
     **_callback_secrets(),
+    **_hook_backlog(),
 }
 
 # Django's own @task functions run on awa too (docs/django-tasks.md).

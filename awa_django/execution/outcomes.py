@@ -155,7 +155,8 @@ def plan_unknown_kind(row: JobSnapshot, error: UnknownJobKind, grace: float) -> 
     seconds since the first hand-back, the job fails (decision 011)."""
     since = handed_back_since(row)
     now = row.attempted_at or row.run_at
-    if grace <= 0 or (since is not None and (now - since).total_seconds() >= grace):
+    unhandled_for = 0.0 if since is None else (now - since).total_seconds()
+    if grace <= 0 or unhandled_for >= grace:
         waited = "" if grace <= 0 else f" (no worker has run this kind for {grace:.0f}s)"
         return Transition(
             JobState.FAILED,
@@ -169,7 +170,8 @@ def plan_unknown_kind(row: JobSnapshot, error: UnknownJobKind, grace: float) -> 
         JobState.SCHEDULED,
         None,
         run_at_mode="delay",
-        delay_seconds=HANDBACK_SECONDS,
+        # Due again when the grace ends at the latest, so a short grace is kept.
+        delay_seconds=min(HANDBACK_SECONDS, grace - unhandled_for),
         attempt_refund=1,
         finalize=False,
         error=f"no handler for kind {row.kind!r} in this worker: handed back" if first else None,

@@ -43,8 +43,9 @@ class HookQueue:
         self._last_drop_log = 0.0
 
     def put(self, event: Event) -> None:
-        """Queue `event` for its hooks; never blocks. Kinds without hooks cost one lookup."""
-        if not registry.has_hooks(event.job.kind):
+        """Queue `event` for its hooks; never blocks. An event no hook wants (a kind without
+        hooks, or a hook for other events) costs one lookup and takes no room."""
+        if not registry.hooks_for(event.job.kind, type(event)):
             return
         if self.drops_on_overflow and self.pending >= self.capacity:
             self._dropped(event)

@@ -268,11 +268,25 @@ def _left(deadline: float) -> float:
 
 
 async def _bounded(step: Awaitable[Any], deadline: float, what: str) -> None:
-    """Await `step` until `deadline` at most (a hung database must not hold the exit)."""
-    try:
-        await asyncio.wait_for(step, timeout=max(_left(deadline), 0.01))
-    except TimeoutError:
-        logger.warning("gave up %s on the way out: the database did not answer in time", what)
+    """Await `step` until `deadline` at most (a hung database must not hold the exit).
+
+    Not asyncio.wait_for: it waits for the cancelled step to finish, and psycopg answers
+    the cancellation of a statement on a silent server by cancelling it in the server and
+    waiting for that (up to 5 + 5 s). The step is cancelled and left behind instead."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=max(_left(deadline), 0.01))
+    if task in done:
+        task.result()  # its error, if any, as before
+        return
+    task.cancel()
+    task.add_done_callback(_quietly)
+    logger.warning("gave up %s on the way out: the database did not answer in time", what)
+
+
+def _quietly(task: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned step's outcome, so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def run_worker(

@@ -20,11 +20,20 @@ class TestJobsConfig(AppConfig):
             awa_django.on_event_kind(kind, record_hook)
         awa_django.on_event_kind("acc_slow_hooked", record_hook)
         awa_django.on_event_kind("acc_slow_hooked", sleepy_hook, events={awa_django.Completed})
+        awa_django.on_event_kind("acc_unstorable_error", record_hook)
+        awa_django.on_event_kind("acc_hooked", paced_hook, events={awa_django.Completed})
+        awa_django.on_event_kind("acc_rolling", record_hook)
 
 
 def sleepy_hook(event: object) -> None:
     """A hook far slower than any shutdown grace: the worker must not wait for it."""
     time.sleep(60)
+
+
+def paced_hook(event: object) -> None:
+    """Sleeps the job's `hook_seconds`, then records the event like `record_hook`."""
+    time.sleep(event.args.get("hook_seconds", 0))  # type: ignore[attr-defined]
+    record_hook(event)
 
 
 def record_hook(event: object) -> None:

@@ -148,3 +148,73 @@ class AccSlowHooked:
 @awa_django.job(AccSlowHooked, queue="acc")
 def acc_slow_hooked(job: JobContext[AccSlowHooked]) -> None:
     record(job)
+
+
+# -- hostile conditions (tests/acceptance/test_hostile_worker.py) ---------------------------
+
+
+@dataclass
+class AccResult:
+    """Sets `job.result`: `{"n": n}`, or `result` when given, or a lone surrogate (a value
+    the codec refuses) with `lone_surrogate`; returns `delay` seconds after it started."""
+
+    n: int = 0
+    result: str | None = None
+    lone_surrogate: bool = False
+    delay: float = 0.0
+
+
+@awa_django.job(AccResult, queue="acc")
+def acc_result(job: JobContext[AccResult]) -> None:
+    record(job)
+    time.sleep(job.args.delay)
+    if job.args.lone_surrogate:
+        job.result = "\ud800"
+    elif job.args.result is not None:
+        job.result = job.args.result
+    else:
+        job.result = {"n": job.args.n}
+
+
+@dataclass
+class AccUnstorableError:
+    """Raises an exception whose text PostgreSQL cannot store as is (a lone surrogate and
+    a NUL): the error entry must be repaired, not refused."""
+
+
+@awa_django.job(AccUnstorableError, queue="acc")
+def acc_unstorable_error(job: JobContext[AccUnstorableError]) -> None:
+    record(job)
+    raise RuntimeError("boom \ud800 \x00")
+
+
+@dataclass
+class AccHooked:
+    """A no-op whose Completed hook writes one `HookCall` row (see apps.py), after
+    sleeping `hook_seconds`."""
+
+    n: int = 0
+    hook_seconds: float = 0.0
+
+
+@awa_django.job(AccHooked, queue="acc")
+def acc_hooked(job: JobContext[AccHooked]) -> None:
+    """No execution row: the 10,000-job test counts hook rows, and keeps its time down."""
+
+
+# A rolling deploy: a worker started with AWA_TEST_WITHOUT_KINDS=acc_rolling in its
+# environment is an "old" worker that has no handler for this kind.
+WITHOUT_KINDS = set(os.environ.get("AWA_TEST_WITHOUT_KINDS", "").split(","))
+
+
+@dataclass
+class AccRolling:
+    n: int = 0
+
+
+def acc_rolling(job: JobContext[AccRolling]) -> None:
+    record(job)
+
+
+if "acc_rolling" not in WITHOUT_KINDS:
+    awa_django.job(AccRolling, queue="acc")(acc_rolling)

@@ -50,18 +50,20 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str =
 
 
 class WorkerProcess:
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        """`env` adds to (or overrides, DATABASE_URL included) the worker's environment."""
         self.log = log
-        env = {
+        environment = {
             **os.environ,
             "DATABASE_URL": database_url(connection.settings_dict),
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "manage.py", "awa_worker", *args],
                 cwd=ROOT,
-                env=env,
+                env=environment,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 process_group=0,  # its own group, as under a shell: see signal_group()
@@ -103,9 +105,9 @@ class WorkerProcess:
 def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
-    def start(*args: str, fast: bool = True) -> WorkerProcess:
+    def start(*args: str, fast: bool = True, env: dict[str, str] | None = None) -> WorkerProcess:
         worker = WorkerProcess(
-            [*(FAST if fast else []), *args], tmp_path / f"worker-{len(started)}.log"
+            [*(FAST if fast else []), *args], tmp_path / f"worker-{len(started)}.log", env
         )
         started.append(worker)
         return worker

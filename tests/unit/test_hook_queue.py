@@ -109,3 +109,21 @@ def test_the_pause_policy_never_drops_and_reports_a_full_backlog(clean_hooks) ->
         return queue.pending, queue.dropped, queue.full
 
     assert asyncio.run(scenario()) == (5, 0, True)
+
+
+def test_events_no_hook_wants_take_no_room_in_the_backlog(clean_hooks) -> None:
+    """A kind hooked on Completed only: its Started events must not fill the backlog, or
+    under "drop" they push out the Completed events a hook wants (and under "pause" they
+    stop claiming for nothing)."""
+    awa_django.on_event_kind("unit_hq_completed_only", lambda event: None, events={Completed})
+
+    async def scenario() -> tuple[int, int]:
+        queue = HookQueue(capacity=3)
+        for job_id in range(3):
+            row = make_row(kind="unit_hq_completed_only", id=job_id)
+            queue.put(Started(job=row))
+            queue.put(Completed(job=replace(row, state="completed")))
+        queue.close()
+        return queue.pending, queue.dropped
+
+    assert asyncio.run(scenario()) == (3, 0)

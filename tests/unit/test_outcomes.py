@@ -329,3 +329,35 @@ def test_a_grace_of_zero_fails_at_once_and_other_entries_do_not_count() -> None:
     assert (at_once.state, at_once.error) == ("failed", "unknown job kind: x")
     rescued = make_row(errors=[{"error": "heartbeat stale", "at": NOW.isoformat()}])
     assert outcomes.handed_back_since(rescued) is None
+
+
+# -- unknown kinds: handed back within the grace ------------------------------------------
+_UNKNOWN = "awa_django.exceptions.UnknownJobKind"
+
+
+def _handed_back_at(at: dt.datetime) -> dict[str, Any]:
+    return {"error": "handed back", "type": _UNKNOWN, "attempt": 1, "at": at.isoformat()}
+
+
+def test_a_kind_without_handler_is_handed_back_for_a_few_seconds_uncounted() -> None:
+    t = outcomes.plan_unknown_kind(make_row(), UnknownJobKind("unknown job kind: x"), 3600)
+    assert (t.state, t.attempt_refund, t.delay_seconds) == ("scheduled", 1, 5.0)
+    assert t.error is not None and t.error_type == _UNKNOWN and not t.terminal
+
+
+def test_a_hand_back_never_outlasts_what_is_left_of_a_short_grace() -> None:
+    """With a grace shorter than the hand-back delay, the job is due again when the grace
+    ends, so it fails about `grace` seconds after the first hand-back, not 5 s later."""
+    error = UnknownJobKind("unknown job kind: x")
+    assert outcomes.plan_unknown_kind(make_row(), error, 1).delay_seconds == 1.0
+    later = make_row(errors=[_handed_back_at(NOW - dt.timedelta(seconds=0.75))])
+    t = outcomes.plan_unknown_kind(later, error, 1)
+    assert t.state == "scheduled" and t.delay_seconds == pytest.approx(0.25)
+    assert t.error is None  # only the first hand-back leaves an entry
+
+
+def test_a_kind_unhandled_for_the_whole_grace_fails_for_good() -> None:
+    row = make_row(errors=[_handed_back_at(NOW - dt.timedelta(seconds=2))])
+    t = outcomes.plan_unknown_kind(row, UnknownJobKind("unknown job kind: x"), 1)
+    assert (t.state, t.terminal, t.error_type) == ("failed", True, _UNKNOWN)
+    assert t.error == "unknown job kind: x (no worker has run this kind for 1s)"
