@@ -39,6 +39,9 @@ WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 DRAIN_LIMIT = 10_000
 _LISTED = 20
 
+# What names a job kind here: a `@job` class, a kind string, or a django.tasks Task.
+type KindSpec = type | str | Task[..., Any]
+
 
 # -- drain --------------------------------------------------------------------------------
 def drain(queue: str | None = None, *, using: str | None = None, limit: int = DRAIN_LIMIT) -> int:
@@ -82,7 +85,7 @@ def _promote_due(using: str) -> None:
 
 # -- assertions ---------------------------------------------------------------------------
 def enqueued_jobs(
-    kind: type | str | Task | None = None, *, queue: str | None = None, using: str | None = None
+    kind: KindSpec | None = None, *, queue: str | None = None, using: str | None = None
 ) -> list[Job]:
     """Jobs still waiting to run (scheduled, available, retryable), oldest first."""
     db = using or awa_settings().database
@@ -95,7 +98,7 @@ def enqueued_jobs(
 
 
 def assert_enqueued(
-    kind: type | str | Task,
+    kind: KindSpec,
     *,
     queue: str | None = None,
     count: int | None = None,
@@ -118,7 +121,7 @@ def assert_enqueued(
 
 
 def assert_not_enqueued(
-    kind: type | str | Task, *, queue: str | None = None, using: str | None = None, **fields: Any
+    kind: KindSpec, *, queue: str | None = None, using: str | None = None, **fields: Any
 ) -> None:
     """Assert that no waiting job of this kind (with these args fields) exists."""
     matches = _matching(kind, queue, using, fields)
@@ -129,7 +132,7 @@ def assert_not_enqueued(
         )
 
 
-def _kind(kind: type | str | Task) -> str:
+def _kind(kind: KindSpec) -> str:
     if isinstance(kind, str):
         return kind
     if isinstance(kind, Task):
@@ -138,7 +141,7 @@ def _kind(kind: type | str | Task) -> str:
 
 
 def _matching(
-    kind: type | str | Task, queue: str | None, using: str | None, fields: dict[str, Any]
+    kind: KindSpec, queue: str | None, using: str | None, fields: dict[str, Any]
 ) -> list[Job]:
     expected = {name: _as_json(value) for name, value in fields.items()}
     return [
@@ -159,7 +162,7 @@ def _as_json(value: Any) -> Any:
         return value
 
 
-def _describe(kind: type | str | Task, queue: str | None, fields: dict[str, Any]) -> str:
+def _describe(kind: KindSpec, queue: str | None, fields: dict[str, Any]) -> str:
     parts = [f"{_kind(kind)!r} job"]
     if queue is not None:
         parts.append(f"on queue {queue!r}")
@@ -195,7 +198,7 @@ class CapturedEvents:
     def of_type(self, *types: type[Event]) -> list[Event]:
         return [e for e in self.events if isinstance(e, types)]
 
-    def for_kind(self, kind: type | str | Task) -> list[Event]:
+    def for_kind(self, kind: KindSpec) -> list[Event]:
         name = _kind(kind)
         return [e for e in self.events if e.job.kind == name]
 

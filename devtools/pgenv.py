@@ -342,11 +342,11 @@ def control(action: str, root: Path) -> int:
         if action == "status":
             print(server.url(port) if port else "embedded PostgreSQL is not running")
             return 0 if port else 3
-        if action == "start" and port is None:
-            server.ensure_initialized()
-            port = server.start()
-            ensure_database(server.url(port))
         if action == "start":
+            if port is None:
+                server.ensure_initialized()
+                port = server.start()
+                ensure_database(server.url(port))
             save_holders(root, {**load_holders(root), "owned": False})
             print(f"DATABASE_URL={server.url(port)}")
         if action == "stop":

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import factory
+from django.db.models import Model
 
 from awa_django.conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from awa_django.storage.models import Job
 
 
-class JobFactory(factory.django.DjangoModelFactory):
+class ModelFactory[M: Model](factory.django.DjangoModelFactory[M]):
+    """A DjangoModelFactory whose call mypy types as the model: `JobFactory(...)` is a Job.
+
+    Subclass it as `class JobFactory(ModelFactory[Job])`."""
+
+    class Meta:
+        abstract = True
+
+    if TYPE_CHECKING:
+        # factory-boy's metaclass turns `Factory(...)` into `Factory.create(...)` without
+        # declaring it; mypy would type the call as an instance of the factory. mypy wants
+        # __new__ to return instances of its class, hence the ignore. Type-checking only:
+        # at runtime the metaclass never calls __new__.
+        def __new__(cls, **fields: Any) -> M: ...  # type: ignore[misc]
+
+
+class JobFactory(ModelFactory[Job]):
     class Meta:
         model = Job
 

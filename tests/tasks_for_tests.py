@@ -42,7 +42,7 @@ async def async_add(a: int, b: int) -> int:
 
 
 @task(takes_context=True)
-def describe_context(context: TaskContext, label: str) -> dict[str, Any]:
+def describe_context(context: TaskContext[Any, Any], label: str) -> dict[str, Any]:
     return {
         "label": label,
         "attempt": context.attempt,
@@ -78,7 +78,7 @@ def awa_task(**options: Any) -> Callable[[Callable[..., Any]], AwaTask]:
 
 
 @awa_task(takes_context=True, max_attempts=2)
-def flaky(context: TaskContext) -> int:
+def flaky(context: TaskContext[Any, Any]) -> int:
     """Fails on its first attempt, succeeds on the second."""
     if context.attempt < 2:
         raise ConnectionError(f"attempt {context.attempt} failed")

@@ -8,7 +8,7 @@ table scan and never a 500 (docs/admin.md, "Query string")."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
@@ -40,6 +40,12 @@ FILTER_PARAMETERS = frozenset({"state__exact", "queue", "kind"})
 # Columns the list never shows; args alone may be 256 KB per row.
 LIST_DEFERRED = ("args", "errors", "metadata", "progress", "result", "unique_key")
 
+# ModelAdmin is generic in django-stubs only; Django's class cannot be subscripted at runtime.
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Job]
+else:
+    _ModelAdmin = admin.ModelAdmin
+
 
 class JobChangeList(ChangeList):
     """Loads only what the list shows: heavy JSON columns deferred, the last error's
@@ -53,7 +59,7 @@ class JobChangeList(ChangeList):
         return super().get_ordering_field(field_name)
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
-        queryset = super().get_queryset(request, exclude_parameters)
+        queryset: QuerySet[Job] = super().get_queryset(request, exclude_parameters)
         last_error = KeyTextTransform("error", KeyTransform("-1", "errors"))
         return queryset.defer(*LIST_DEFERRED).annotate(
             last_error_head=Left(last_error, LAST_ERROR_CHARS + 1)
@@ -84,7 +90,7 @@ def search_filter(term: str) -> Q:
         return Q(kind=term)
 
 
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(_ModelAdmin):
     list_display = (
         "id",
         "kind",
@@ -303,4 +309,4 @@ class JobAdmin(admin.ModelAdmin):
             ),
             path("<int:object_id>/args/", wrap(self.args_view), name="awa_django_job_args"),
         ]
-        return own + super().get_urls()  # type: ignore[return-value]
+        return own + super().get_urls()

@@ -9,7 +9,7 @@ for the whole table and from column statistics for a filtered one.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
@@ -17,8 +17,14 @@ from django.utils.functional import cached_property
 
 EXACT_LIMIT = 10_000
 
+# Paginator is generic in django-stubs only; Django's class cannot be subscripted at runtime.
+if TYPE_CHECKING:
+    _Paginator = Paginator[Any]
+else:
+    _Paginator = Paginator
 
-class EstimatedCountPaginator(Paginator):
+
+class EstimatedCountPaginator(_Paginator):
     """`count` is exact for small results and a planner estimate for large ones;
     `is_estimate` says which (templates print "about N")."""
 

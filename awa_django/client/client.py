@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Unpack
 
 from asgiref.sync import sync_to_async
@@ -212,10 +211,13 @@ class Client:
         return await sync_to_async(self.retry_many)(job_ids)
 
     # -- queues -------------------------------------------------------------------------
+    # The ORM side of storage (models, figures) is imported on first use: `awa_django`
+    # imports this module, and Django imports the app's package before its models may be
+    # loaded.
     def pause_queue(self, queue: str, *, by: str = "") -> QueueState:
         """Stop dispatch of `queue` on every worker (running attempts finish); idempotent.
         `by` records who paused it (shown on the dashboard and by `awa_status`)."""
-        from awa_django.storage.models import QueueState  # see _figures()
+        from awa_django.storage.models import QueueState
 
         validate_queue_name(queue)
         paused_by = storable_text(str(by))[:MAX_PAUSED_BY_CHARS]
@@ -227,7 +229,7 @@ class Client:
 
     def resume_queue(self, queue: str) -> QueueState:
         """Let workers claim from `queue` again; idempotent."""
-        from awa_django.storage.models import QueueState  # see _figures()
+        from awa_django.storage.models import QueueState
 
         validate_queue_name(queue)
         state, _ = QueueState.objects.using(self.using).update_or_create(
@@ -238,24 +240,32 @@ class Client:
     def queue_stats(self, window_minutes: int = 5) -> list[QueueStats]:
         """Per-queue depth by state, throughput over `window_minutes`, lag and paused flag,
         sorted by queue name (the dashboard's and `awa_status`'s figures)."""
-        return _figures().queue_stats(window_minutes, using=self.using)
+        from awa_django.storage import figures
+
+        return figures.queue_stats(window_minutes, using=self.using)
 
     def live_workers(self, within_seconds: float | None = None) -> list[LiveWorker]:
         """Worker processes seen within `within_seconds` (default: the heartbeat
         staleness), leader first."""
-        return _figures().live_workers(within_seconds, using=self.using)
+        from awa_django.storage import figures
+
+        return figures.live_workers(within_seconds, using=self.using)
 
     def unhandled_kinds(self) -> dict[str, int]:
         """Kinds with waiting jobs that no live worker has a handler for, with their job
         counts (a rolling deploy in progress, or a missing worker; decision 011)."""
-        return _figures().unhandled_kinds(using=self.using)
+        from awa_django.storage import figures
+
+        return figures.unhandled_kinds(using=self.using)
 
     def known_queues(self) -> set[str]:
         """Queue names known without scanning the jobs: configured in `AWA["QUEUES"]`,
         declared by a `@job`, or paused or resumed once (at most 200 of those)."""
+        from awa_django.storage import figures
+
         known = set(awa_settings().queues)
         known.update(definition.queue for definition in registry.jobs())
-        known.update(_figures().queues_with_state(using=self.using))
+        known.update(figures.queues_with_state(using=self.using))
         return known
 
     async def apause_queue(self, queue: str, *, by: str = "") -> QueueState:
@@ -364,11 +374,3 @@ class Client:
         return await sync_to_async(self.resolve_callback)(
             callback_id, payload, default_action, run_lease=run_lease
         )
-
-
-def _figures() -> ModuleType:
-    """The ORM side of storage, imported on first use: `awa_django` imports this module,
-    and Django imports the app's package before its models may be loaded."""
-    from awa_django.storage import figures
-
-    return figures

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.core import checks
 from django.db import transaction
@@ -54,9 +54,15 @@ TASK_DEFAULT_MAX_ATTEMPTS = 1
 _OPTIONS = {"MAX_ATTEMPTS", "DATABASE"}
 _MAX_JOB_ID = 2**63 - 1
 
+# Task is generic in django-stubs only; Django's class cannot be subscripted at runtime.
+if TYPE_CHECKING:
+    _Task = Task[..., Any]
+else:
+    _Task = Task
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class AwaTask(Task):
+class AwaTask(_Task):
     """A `django.tasks.Task` with awa's extra option; `@task(max_attempts=5)` builds one
     when the task's backend is an `AwaBackend`. None means the backend's MAX_ATTEMPTS."""
 
@@ -89,13 +95,13 @@ class AwaBackend(BaseTaskBackend):
         install()
 
     # -- enqueue ------------------------------------------------------------------------
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
         max_attempts = getattr(task, "max_attempts", None)
         if max_attempts is not None:
             _check_max_attempts(max_attempts, f"task {task.module_path}", InvalidTask)
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue[**P, R](self, task: Task[P, R], args: Any, kwargs: Any) -> TaskResult[P, R]:
         """Insert one job in the caller's transaction; `task_enqueued` is sent on commit."""
         self.validate_task(task)
         client = Client(self.database)
@@ -103,9 +109,11 @@ class AwaBackend(BaseTaskBackend):
         result = result_from_row(row, task, self.alias)
         send = partial(task_enqueued.send, type(self), task_result=result)
         transaction.on_commit(send, using=client.using)
-        return result
+        # AwaTaskResult is typed as the result of any task (Django's class is not generic at
+        # runtime); this one is the result of `task`.
+        return cast("TaskResult[P, R]", result)
 
-    def _insert(self, client: Client, task: Task, args: Any, kwargs: Any) -> JobSnapshot:
+    def _insert(self, client: Client, task: Task[..., Any], args: Any, kwargs: Any) -> JobSnapshot:
         run_at = task.run_after
         if run_at is not None and timezone.is_naive(run_at):  # only possible with USE_TZ=False
             run_at = timezone.make_aware(run_at)
@@ -126,7 +134,7 @@ class AwaBackend(BaseTaskBackend):
             raise ValueError(f"cannot enqueue task {task.module_path}: {exc}") from exc
 
     # -- results ------------------------------------------------------------------------
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The task's current result; TaskResultDoesNotExist for an unknown id."""
         job_id = _job_id(result_id)
         try:
@@ -163,7 +171,7 @@ def _check_max_attempts(
     return value
 
 
-def _json_args(task: Task, values: Any) -> Any:
+def _json_args(task: Task[..., Any], values: Any) -> Any:
     """Django's own JSON normalisation (tuples → lists), with its TypeError / ValueError."""
     try:
         return normalize_json(values)

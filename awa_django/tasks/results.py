@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.tasks.base import TASK_REFRESH_ATTRS, Task, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
@@ -44,9 +44,16 @@ def awa_priority(django_priority: int) -> int:
 django_priority = awa_priority  # 2 - q: the same involution read the other way
 
 
+# TaskResult is generic in django-stubs only; Django's class cannot be subscripted at runtime.
+if TYPE_CHECKING:
+    _TaskResult = TaskResult[..., Any]
+else:
+    _TaskResult = TaskResult
+
+
 # django-stubs declares TaskResult non-frozen; at runtime it is frozen like this one.
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class AwaTaskResult(TaskResult):  # type: ignore[misc]
+class AwaTaskResult(_TaskResult):  # type: ignore[misc]
     """A TaskResult whose `attempts` is the job's attempt count; `worker_ids` keeps only
     the most recent ten workers, so its length would undercount long retry histories."""
 
@@ -62,12 +69,12 @@ class AwaTaskResult(TaskResult):  # type: ignore[misc]
     async def arefresh(self) -> None:
         self._refresh_from(await self.task.get_backend().aget_result(self.id))
 
-    def _refresh_from(self, fresh: TaskResult) -> None:
+    def _refresh_from(self, fresh: TaskResult[..., Any]) -> None:
         for attr in (*TASK_REFRESH_ATTRS, "attempt_count"):
             object.__setattr__(self, attr, getattr(fresh, attr))
 
 
-def import_task(kind: str) -> Task | None:
+def import_task(kind: str) -> Task[..., Any] | None:
     """The module-level Task whose import path is `kind`, or None."""
     if "." not in kind:
         return None
@@ -83,7 +90,7 @@ def import_task(kind: str) -> Task | None:
     return None
 
 
-def task_for_row(row: JobSnapshot) -> Task | None:
+def task_for_row(row: JobSnapshot) -> Task[..., Any] | None:
     """The task as it was enqueued: the declared one with the row's queue, priority,
     backend and run_after (falling back to the declaration if those no longer validate)."""
     declared = import_task(row.kind)
@@ -103,7 +110,7 @@ def task_for_row(row: JobSnapshot) -> Task | None:
         return declared
 
 
-def result_from_row(row: JobSnapshot, task: Task, alias: str) -> AwaTaskResult:
+def result_from_row(row: JobSnapshot, task: Task[..., Any], alias: str) -> AwaTaskResult:
     """A TaskResult for the committed job `row`."""
     payload = row.args if isinstance(row.args, dict) else {}
     result = AwaTaskResult(

@@ -26,7 +26,7 @@ from awa_django.tasks.results import awa_priority, result_from_row, task_for_row
 logger = logging.getLogger("awa_django.backends")
 
 
-def definition_for(task: Task, max_attempts: int) -> JobDefinition:
+def definition_for(task: Task[..., Any], max_attempts: int) -> JobDefinition:
     """The job definition that runs `task` under its import path as the kind."""
     handler = _async_handler(task) if iscoroutinefunction(task.func) else _sync_handler(task)
     return JobDefinition(
@@ -39,7 +39,7 @@ def definition_for(task: Task, max_attempts: int) -> JobDefinition:
     )
 
 
-def _call_args(task: Task, job: JobContext[Any]) -> tuple[list[Any], dict[str, Any]]:
+def _call_args(task: Task[..., Any], job: JobContext[Any]) -> tuple[list[Any], dict[str, Any]]:
     payload = job.args if isinstance(job.args, dict) else {}
     args = list(payload.get("args", []))
     if task.takes_context:
@@ -49,7 +49,7 @@ def _call_args(task: Task, job: JobContext[Any]) -> tuple[list[Any], dict[str, A
     return args, dict(payload.get("kwargs", {}))
 
 
-def _sync_handler(task: Task) -> Callable[[JobContext[Any]], None]:
+def _sync_handler(task: Task[..., Any]) -> Callable[[JobContext[Any]], None]:
     def run_task(job: JobContext[Any]) -> None:
         args, kwargs = _call_args(task, job)
         job.result = checked_return_value(task, task.func(*args, **kwargs))
@@ -57,7 +57,7 @@ def _sync_handler(task: Task) -> Callable[[JobContext[Any]], None]:
     return run_task
 
 
-def _async_handler(task: Task) -> Callable[[JobContext[Any]], Any]:
+def _async_handler(task: Task[..., Any]) -> Callable[[JobContext[Any]], Any]:
     async def run_task(job: JobContext[Any]) -> None:
         args, kwargs = _call_args(task, job)
         job.result = checked_return_value(task, await task.func(*args, **kwargs))
@@ -65,7 +65,7 @@ def _async_handler(task: Task) -> Callable[[JobContext[Any]], Any]:
     return run_task
 
 
-def checked_return_value(task: Task, value: Any) -> Any:
+def checked_return_value(task: Task[..., Any], value: Any) -> Any:
     """The JSON form of a task's return value; TerminalError (the job fails, its error
     says why) when it is not JSON or is larger than AWA["MAX_RESULT_BYTES"]."""
     limit = awa_settings().max_result_bytes

@@ -25,6 +25,7 @@ from awa_django.exceptions import (
     CallbackNotFound,
     DatabaseUnavailable,
     InvalidCallbackOption,
+    InvalidSignature,
     PayloadTooLarge,
     SerializationError,
 )
@@ -32,7 +33,6 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.web.signing import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
-    InvalidSignature,
     verify_callback_request,
 )
 

@@ -60,6 +60,9 @@ def connection_kwargs(alias: str, application_name: str) -> dict[str, Any]:
     return params
 
 
+_MAX_DOUBLINGS = 64
+
+
 class Backoff:
     """Capped, jittered exponential back-off for reconnect loops."""
 
@@ -68,7 +71,11 @@ class Backoff:
 
     def next_delay(self) -> float:
         self.failures += 1
-        base = min(self.cap, self.first * 2 ** (self.failures - 1))
+        # The doubling stops at 2**64, far past any cap: `first * 2 ** (failures - 1)`
+        # overflowed a float after 1024 failures in a row (a long outage) and raised
+        # OverflowError out of the reconnect loop.
+        doublings = min(self.failures - 1, _MAX_DOUBLINGS)
+        base = min(self.cap, self.first * 2.0**doublings)
         return base / 2 + random.random() * base / 2
 
     def reset(self) -> None:

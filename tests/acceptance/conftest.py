@@ -39,7 +39,7 @@ FAST = [
 ]
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "") -> object:
+def wait_until[T](predicate: Callable[[], T | None], timeout: float = 20, what: str = "") -> T:
     """Poll `predicate` until it is truthy; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

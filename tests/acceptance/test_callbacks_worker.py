@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import awa_django
-from awa_django.events import Completed
+from awa_django.events import Completed, Event
 from awa_django.storage.models import ActiveLease, Job
 from testproject.testjobs.jobs import AccAsyncWaitInPlace, AccPark, AccWaitInPlace
 from testproject.testjobs.models import HookCall
@@ -20,7 +20,7 @@ def row(job_id: int) -> Job:
 
 
 def test_parked_job_frees_its_slot_and_completes_from_the_client(start_worker, clean_hooks):
-    seen: list[Completed] = []
+    seen: list[Event[AccPark]] = []
     awa_django.on_event(AccPark, seen.append, events={Completed})
     parked = awa_django.enqueue(AccPark())
     start_worker("--queue", "acc=1")
@@ -31,10 +31,11 @@ def test_parked_job_frees_its_slot_and_completes_from_the_client(start_worker, c
     wait_until(lambda: row(other.id).state == "waiting_external", what="second park")
 
     parked_callback = row(parked.id).callback_id
+    assert parked_callback is not None
     done = awa_django.Client().complete_external(parked_callback, {"ok": True})
     assert done.state == "completed"
     assert [e.job.id for e in seen] == [parked.id]  # dispatched here, in the resolving process
-    assert seen[0].duration.total_seconds() == 0
+    assert isinstance(seen[0], Completed) and seen[0].duration.total_seconds() == 0
     first_callback = seen[0].job.callback_id or parked_callback
     with pytest.raises(awa_django.CallbackNotFound):
         awa_django.Client().complete_external(first_callback, {})
@@ -57,7 +58,9 @@ def test_wait_for_callback_resumes_the_handler_in_place(start_worker, args):
     worker = start_worker("--queue", "acc=1")
     wait_until(lambda: row(job.id).state == "waiting_external", what="sequential wait")
     assert ActiveLease.objects.filter(job_id=job.id).exists()  # it keeps its slot and lease
-    awa_django.Client().resume_external(row(job.id).callback_id, {"answer": 42})
+    callback_id = row(job.id).callback_id
+    assert callback_id is not None
+    awa_django.Client().resume_external(callback_id, {"answer": 42})
     wait_until(lambda: row(job.id).state == "completed", what="resumed handler to finish")
     finished = row(job.id)
     assert finished.result == {"payload": {"answer": 42}}

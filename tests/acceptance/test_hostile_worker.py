@@ -36,6 +36,12 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 FINAL_STATES = ("completed", "failed", "cancelled")
 
 
+def result_n(job: Job) -> int:
+    """The `n` a result job stored as its result."""
+    assert isinstance(job.result, dict), job.result
+    return int(job.result["n"])
+
+
 def finished(count: int) -> bool:
     return Job.objects.filter(state__in=FINAL_STATES).count() == count
 
@@ -65,7 +71,7 @@ def test_one_unstorable_result_among_a_hundred_fails_only_its_own_job(start_work
 
     good = Job.objects.filter(id__in=ids)
     assert set(good.values_list("state", "attempt")) == {("completed", 1)}
-    assert {job.result["n"] for job in good} == set(range(101)) - {50}
+    assert {result_n(job) for job in good} == set(range(101)) - {50}
     assert not good.exclude(errors=[]).exists()  # nothing rescued, nothing retried
     poison = Job.objects.get(id=poison_id)
     assert (poison.state, poison.attempt, poison.result) == ("failed", 1, None)
@@ -131,7 +137,7 @@ def test_a_result_the_database_refuses_fails_only_its_own_job_in_a_shared_batch(
     assert set(good.values_list("state", "attempt")) == {("completed", 1)}
     assert not good.exclude(errors=[]).exists()
     assert "retrying row by row" in worker.output()  # the poison did share a refused batch
-    assert {job.result if job.result == "slow" else job.result["n"] for job in good} == {
+    assert {job.result if job.result == "slow" else result_n(job) for job in good} == {
         "slow",
         *(set(range(1, 32)) - {16}),
     }
@@ -357,6 +363,7 @@ def test_a_kind_no_worker_has_fails_once_the_unknown_kind_grace_has_passed(start
     assert failure["terminal"] is True
     assert failure["error"].startswith("unknown job kind: acc_nobody_has")
     assert row.attempt == 1
+    assert row.finalized_at is not None
     waited = (row.finalized_at - dt.datetime.fromisoformat(handed_back["at"])).total_seconds()
     print(f"failed {waited:.2f}s after the first hand-back (grace 1s)")
     assert 1 <= waited < 3, waited  # the grace, plus a promotion and a claim

@@ -90,8 +90,11 @@ def test_killed_worker_job_is_rescued_and_completed_exactly_once(start_worker):
     victim.kill()
     rescuer = start_worker("--queue", "acc=1")
     wait_until(lambda: state_of(job.id) == "completed", timeout=30, what="rescue")
+    # Hooks run after the commit, on the worker's hook queue: wait for the last event's.
+    completed_hook = HookCall.objects.filter(job_id=job.id, event="Completed")
+    wait_until(completed_hook.exists, what="the Completed hook")
     assert Execution.objects.filter(job_id=job.id).count() == 2
-    assert HookCall.objects.filter(job_id=job.id, event="Completed").count() == 1
+    assert completed_hook.count() == 1
     assert HookCall.objects.filter(job_id=job.id, event="Rescued").count() == 1
     assert not ActiveLease.objects.filter(job_id=job.id).exists()
     assert rescuer.stop() == 0

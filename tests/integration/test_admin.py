@@ -24,7 +24,7 @@ from django.utils import timezone
 from awa_django.admin import actions as admin_actions
 from awa_django.client.client import Client
 from awa_django.storage.models import ActiveLease, Job, QueueState, WorkerInstance
-from tests.factories import JobFactory
+from tests.factories import JobFactory, ModelFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +33,7 @@ DASHBOARD = "admin:awa_django_dashboard"
 QUEUE_OPERATION = "admin:awa_django_queue_operation"
 
 
-class WorkerInstanceFactory(factory.django.DjangoModelFactory):
+class WorkerInstanceFactory(ModelFactory[WorkerInstance]):
     class Meta:
         model = WorkerInstance
 

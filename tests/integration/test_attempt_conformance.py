@@ -324,6 +324,7 @@ def test_none_completes_without_a_result(scheduler: str) -> None:
     job_id = enqueue("complete")
     job, events = run_attempt(scheduler, job_id)
     assert (job.state, job.attempt, job.run_lease) == ("completed", 1, 1)
+    assert job.attempted_at is not None
     assert job.finalized_at is not None and job.finalized_at >= job.attempted_at
     assert (job.result, job.errors, job.progress, job.callback_id) == (None, [], None, None)
     completed = outcome_event(events, Completed)
@@ -372,6 +373,7 @@ def test_a_result_that_cannot_be_stored_fails_the_job_for_good(
 def test_retry_after_is_retryable_at_now_plus_seconds(scheduler: str) -> None:
     job, events = run_attempt(scheduler, enqueue("retry_after", seconds=7.5))
     assert (job.state, job.attempt, job.errors, job.result) == ("retryable", 1, [], None)
+    assert job.finalized_at is not None
     assert job.run_at - job.finalized_at == dt.timedelta(seconds=7.5)  # one statement's now()
     retried = outcome_event(events, Retried)
     assert (retried.error, retried.attempt, retried.next_run_at) == ("", 1, job.run_at)
@@ -393,6 +395,7 @@ def test_snooze_is_scheduled_with_the_attempt_restored_and_no_event(scheduler: s
     job, events = run_attempt(scheduler, enqueue("snooze", seconds=30))
     assert (job.state, job.attempt, job.run_lease) == ("scheduled", 0, 1)
     assert (job.finalized_at, job.errors) == (None, [])
+    assert job.attempted_at is not None
     waited = job.run_at - job.attempted_at  # claim and snooze are two statements
     assert dt.timedelta(seconds=30) <= waited < dt.timedelta(seconds=30) + SLACK
     assert names(events) == ["Started"]
@@ -418,6 +421,7 @@ def test_wait_for_callback_parks_the_job(scheduler: str) -> None:
     assert (SEEN[job_id]["state"], SEEN[job_id]["callback_id"]) == ("running", token.id)
     assert (job.state, job.attempt, job.callback_id) == ("waiting_external", 1, token.id)
     assert job.callback_timeout_at == token.timeout_at
+    assert job.callback_timeout_at is not None and job.attempted_at is not None
     timeout = job.callback_timeout_at - job.attempted_at
     assert dt.timedelta(seconds=60) <= timeout < dt.timedelta(seconds=60) + SLACK
     assert (job.finalized_at, job.errors) == (None, [])
@@ -440,6 +444,7 @@ def test_wait_for_callback_without_register_callback_is_a_contract_violation(
 def test_an_exception_is_retryable_with_backoff_and_an_error_entry(scheduler: str) -> None:
     job, events = run_attempt(scheduler, enqueue("raise"))
     assert (job.state, job.attempt, job.finalized_at is not None) == ("retryable", 1, True)
+    assert job.finalized_at is not None
     assert 2.0 <= (job.run_at - job.finalized_at).total_seconds() < 2.5  # 2^a·[1, 1.25)
     entry = traceback_entry(job, BOOM, "boom", 'raise ConformanceBoom("boom")')
     retried = outcome_event(events, Retried)

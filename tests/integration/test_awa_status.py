@@ -10,6 +10,7 @@ import sys
 import uuid
 from io import StringIO
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -121,7 +122,7 @@ def test_missing_tables_say_to_run_migrate():
 def empty_database():
     """The URL of a freshly created database with no tables, dropped afterwards."""
     db = connection.settings_dict
-    server = {
+    server: dict[str, Any] = {
         "host": db["HOST"] or "localhost",
         "port": db["PORT"] or 5432,
         "user": db["USER"] or None,

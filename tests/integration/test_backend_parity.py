@@ -33,7 +33,9 @@ def use_backend(settings: Any, name: str) -> None:
     settings.AWA = {"QUEUES": {q: {"concurrency": 2} for q in QUEUES}}
 
 
-def run_to_completion(name: str, enqueue: Callable[[], TaskResult]) -> TaskResult:
+def run_to_completion(
+    name: str, enqueue: Callable[[], TaskResult[..., Any]]
+) -> TaskResult[..., Any]:
     """Immediate runs at enqueue; awa runs on drain() and is read back."""
     result = enqueue()
     if name == "awa":
@@ -42,7 +44,7 @@ def run_to_completion(name: str, enqueue: Callable[[], TaskResult]) -> TaskResul
     return result
 
 
-def observe(result: TaskResult, fields: frozenset[str]) -> dict[str, Any]:
+def observe(result: TaskResult[..., Any], fields: frozenset[str]) -> dict[str, Any]:
     """What a caller can see of a finished task, with its own id masked."""
     value = result.return_value if result.status == TaskResultStatus.SUCCESSFUL else None
     if isinstance(value, dict) and value.get("id") == result.id:
@@ -65,7 +67,7 @@ def observe(result: TaskResult, fields: frozenset[str]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    enqueue: Callable[[], TaskResult]
+    enqueue: Callable[[], TaskResult[..., Any]]
     fields: frozenset[str] = ALL_FIELDS
 
 
@@ -98,7 +100,7 @@ def test_awa_finishes_like_immediate(settings: Any, scenario: Scenario) -> None:
     assert observed["awa"] == observed["immediate"]
 
 
-def ready_view(result: TaskResult) -> dict[str, Any]:
+def ready_view(result: TaskResult[..., Any]) -> dict[str, Any]:
     return {
         "status": str(result.status),
         "args": result.args,
@@ -124,7 +126,7 @@ QUEUED = [
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("enqueue", QUEUED, ids=["plain", "priority and queue", "run_after"])
-def test_awa_queues_like_dummy(settings: Any, enqueue: Callable[[], TaskResult]) -> None:
+def test_awa_queues_like_dummy(settings: Any, enqueue: Callable[[], TaskResult[..., Any]]) -> None:
     views = {}
     for name in ("dummy", "awa"):
         use_backend(settings, name)
@@ -136,7 +138,7 @@ def test_awa_queues_like_dummy(settings: Any, enqueue: Callable[[], TaskResult])
     assert views["awa"] == views["dummy"]
 
 
-def inner_task() -> Task:
+def inner_task() -> Task[..., Any]:
     def inner() -> None: ...
 
     return task(inner)
@@ -186,7 +188,7 @@ def signal_names() -> Iterator[list[tuple[str, str]]]:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("enqueue", [lambda: t.add.enqueue(1, 2), lambda: t.fail.enqueue("boom")])
 def test_signals_match_immediate(
-    settings: Any, signal_names: list[tuple[str, str]], enqueue: Callable[[], TaskResult]
+    settings: Any, signal_names: list[tuple[str, str]], enqueue: Callable[[], TaskResult[..., Any]]
 ) -> None:
     sequences = {}
     for name in ("immediate", "awa"):

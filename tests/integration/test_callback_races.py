@@ -26,7 +26,7 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
-from tests.integration.test_callbacks import ParkedJobFactory, running_with_callback
+from tests.integration.test_callbacks import ParkedJobFactory, callback_of, running_with_callback
 from tests.integration.test_client_hooks import raw_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,11 +64,12 @@ def wait_for_lock_waiters(count: int) -> None:
     deadline = time.monotonic() + 10
     with raw_connection() as conn:
         while time.monotonic() < deadline:
-            waiting = conn.execute(
+            row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).fetchone()[0]
-            if waiting >= count:
+            ).fetchone()
+            assert row is not None
+            if row[0] >= count:
                 return
             time.sleep(0.01)
     raise AssertionError(f"expected {count} backend(s) blocked on the row lock")
@@ -104,12 +105,25 @@ def one_winner(racers: list[Racer]) -> JobSnapshot:
     return winners[0]
 
 
+# A racer's call, bound to one job (a lambda in a loop would see the loop's last job).
+def completing(job: Job) -> Callable[[], JobSnapshot]:
+    return lambda: Client().complete_external(callback_of(job))
+
+
+def resuming(job: Job, payload: Any) -> Callable[[], JobSnapshot]:
+    return lambda: Client().resume_external(callback_of(job), payload)
+
+
+def cancelling(job: Job) -> Callable[[], JobSnapshot | None]:
+    return lambda: Client().cancel(job.id)
+
+
 # -- two concurrent complete_external ---------------------------------------------------
 def test_two_complete_external_blocked_on_the_same_row_complete_it_once(events):
     job = ParkedJobFactory()
     with raw_connection() as locker, locker.transaction():
         locker.execute("SELECT 1 FROM awa_jobs_hot WHERE id = %s FOR UPDATE", (job.id,))
-        racers = [Racer(lambda: Client().complete_external(job.callback_id)) for _ in range(2)]
+        racers = [Racer(lambda: Client().complete_external(callback_of(job))) for _ in range(2)]
         wait_for_lock_waiters(2)
     winner = one_winner([r.join() for r in racers])
     assert winner.state == state_of(job) == "completed"
@@ -120,10 +134,7 @@ def test_two_free_running_complete_external_complete_it_once(events):
     for _ in range(5):
         job = ParkedJobFactory()
         barrier = threading.Barrier(2)
-        racers = [
-            Racer(lambda j=job: Client().complete_external(j.callback_id), barrier)
-            for _ in range(2)
-        ]
+        racers = [Racer(completing(job), barrier) for _ in range(2)]
         one_winner([r.join() for r in racers])
         assert state_of(job) == "completed"
     assert [type(e) for e in events] == [Completed] * 5
@@ -134,7 +145,7 @@ def test_rescue_first_then_complete_external_finds_nothing(events):
     job = expired_parked_job()
     with raw_connection() as leader, leader.transaction():
         assert rescue_expired(leader) == [job.id]
-        racer = Racer(lambda: Client().complete_external(job.callback_id))
+        racer = Racer(lambda: Client().complete_external(callback_of(job)))
         wait_for_lock_waiters(1)
     assert isinstance(racer.join().error, CallbackNotFound)
     assert state_of(job) == "retryable" and events == []
@@ -144,7 +155,7 @@ def test_complete_external_first_then_the_rescue_skips_the_job(events):
     job = expired_parked_job()
     with raw_connection() as leader:
         with transaction.atomic():
-            Client().complete_external(job.callback_id)
+            Client().complete_external(callback_of(job))
             assert rescue_expired(leader) == []  # SKIP LOCKED: no wait, no rescue
         assert rescue_expired(leader) == []  # committed: nothing left to rescue
     assert state_of(job) == "completed"
@@ -156,7 +167,7 @@ def test_free_running_complete_external_and_rescue_have_one_outcome(events):
         job = expired_parked_job()
         barrier = threading.Barrier(2)
         with raw_connection() as leader:
-            completer = Racer(lambda j=job: Client().complete_external(j.callback_id), barrier)
+            completer = Racer(completing(job), barrier)
             barrier.wait(timeout=10)
             rescued = rescue_expired(leader)
             completer.join()
@@ -169,7 +180,7 @@ def test_free_running_complete_external_and_rescue_have_one_outcome(events):
 
 
 # -- complete_external before the handler parked -----------------------------------------
-def park(conn, job: Job) -> list[tuple]:
+def park(conn, job: Job) -> list[tuple[Any, ...]]:
     """The worker's park write (T11) for the job's attempt, on a connection of its own."""
     query = jobs_sql.job_set_state_if_running(
         id=job.id, run_lease=job.run_lease, state="waiting_external", finalize=False,
@@ -180,7 +191,7 @@ def park(conn, job: Job) -> list[tuple]:
 
 def test_complete_external_before_the_park_makes_the_park_stale(events):
     job = running_with_callback()
-    row = Client().complete_external(job.callback_id)
+    row = Client().complete_external(callback_of(job))
     assert row.state == "completed" and not ActiveLease.objects.filter(job_id=job.id).exists()
     with raw_connection() as worker:
         assert park(worker, job) == []
@@ -192,7 +203,7 @@ def test_a_park_blocked_behind_complete_external_matches_nothing(events):
     job = running_with_callback()
     with raw_connection() as worker:
         with transaction.atomic():
-            Client().complete_external(job.callback_id)
+            Client().complete_external(callback_of(job))
             parker = Racer(lambda: park(worker, job))
             wait_for_lock_waiters(1)
         assert parker.join().error is None and parker.value == []
@@ -205,7 +216,7 @@ def test_cancel_first_then_resume_finds_nothing(events):
     job = ParkedJobFactory()
     with transaction.atomic():
         Client().cancel(job.id)
-        resumer = Racer(lambda: Client().resume_external(job.callback_id, {"ok": True}))
+        resumer = Racer(lambda: Client().resume_external(callback_of(job), {"ok": True}))
         wait_for_lock_waiters(1)
     assert isinstance(resumer.join().error, CallbackNotFound)
     assert state_of(job) == "cancelled"
@@ -215,7 +226,7 @@ def test_cancel_first_then_resume_finds_nothing(events):
 def test_resume_first_then_cancel_cancels_the_resumed_attempt(events):
     job = ParkedJobFactory()
     with transaction.atomic():
-        Client().resume_external(job.callback_id, {"ok": True})
+        Client().resume_external(callback_of(job), {"ok": True})
         canceller = Racer(lambda: Client().cancel(job.id))
         wait_for_lock_waiters(1)
     assert canceller.join().error is None and canceller.value.state == "cancelled"
@@ -228,8 +239,8 @@ def test_free_running_resume_and_cancel_end_cancelled_with_one_event(events):
     for _ in range(5):
         job = ParkedJobFactory()
         barrier = threading.Barrier(2)
-        resumer = Racer(lambda j=job: Client().resume_external(j.callback_id, 1), barrier)
-        canceller = Racer(lambda j=job: Client().cancel(j.id), barrier)
+        resumer = Racer(resuming(job, 1), barrier)
+        canceller = Racer(cancelling(job), barrier)
         resumer.join(), canceller.join()
         assert canceller.error is None and canceller.value.state == "cancelled"
         assert resumer.error is None or isinstance(resumer.error, CallbackNotFound)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
+from typing import Any
 
 import factory
 import pytest
@@ -25,7 +26,7 @@ from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption, Seria
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.sql import callbacks as callbacks_sql
 from testproject.shop.jobs import SendReceipt
-from tests.factories import JobFactory
+from tests.factories import JobFactory, ModelFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +47,7 @@ class ParkedJobFactory(JobFactory):
     attempted_at = factory.LazyFunction(timezone.now)
 
 
-class ActiveLeaseFactory(factory.django.DjangoModelFactory):
+class ActiveLeaseFactory(ModelFactory[ActiveLease]):
     class Meta:
         model = ActiveLease
 
@@ -63,11 +64,16 @@ def running_with_callback(**fields) -> Job:
     return job
 
 
-def snapshot(job: Job) -> dict:
+def callback_of(job: Job) -> uuid.UUID:
+    """The callback id of a job that registered one (`Job.callback_id` is nullable)."""
+    assert job.callback_id is not None, f"job {job.id} has no callback"
+    return job.callback_id
+
+
+def snapshot(job: Job) -> dict[str, Any]:
     """Every column of the job's row as stored now, plus whether it has a lease."""
     row = Job.objects.filter(pk=job.pk).values().get()
-    row["has_lease"] = ActiveLease.objects.filter(job_id=job.pk).exists()
-    return row
+    return {**row, "has_lease": ActiveLease.objects.filter(job_id=job.pk).exists()}
 
 
 def db_now() -> dt.datetime:
@@ -84,7 +90,7 @@ def client() -> Client:
 @pytest.fixture
 def events(clean_hooks):
     """Every event dispatched, via a global hook and a typed SendReceipt hook."""
-    seen: list = []
+    seen: list[Any] = []
     awa_django.on_any_event(seen.append)
     awa_django.on_event(SendReceipt, lambda e: seen.append(("typed", e.args)))
     return seen

@@ -16,7 +16,7 @@ from awa_django.channels import channel_for
 from awa_django.client.client import Client
 from awa_django.events import Cancelled, Completed, Exhausted, Retried
 from testproject.shop.jobs import SendReceipt
-from tests.integration.test_callbacks import ParkedJobFactory, running_with_callback
+from tests.integration.test_callbacks import ParkedJobFactory, callback_of, running_with_callback
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +41,9 @@ def observer():
 
 
 def committed_state(conn: psycopg.Connection, job_id: int) -> str:
-    return conn.execute("SELECT state FROM awa_jobs_hot WHERE id = %s", (job_id,)).fetchone()[0]
+    row = conn.execute("SELECT state FROM awa_jobs_hot WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row[0]
 
 
 @pytest.fixture
@@ -111,7 +113,7 @@ def test_resume_heartbeat_and_ignore_fire_nothing(seen, call):
 def test_inside_an_outer_transaction_hooks_wait_for_its_commit(seen, observer):
     job = ParkedJobFactory()
     with transaction.atomic():
-        Client().complete_external(job.callback_id)
+        Client().complete_external(callback_of(job))
         assert seen == []
         assert committed_state(observer, job.id) == "waiting_external"
     assert seen == [(Completed, "completed", "completed")]
@@ -120,10 +122,10 @@ def test_inside_an_outer_transaction_hooks_wait_for_its_commit(seen, observer):
 def test_a_rolled_back_resolution_fires_nothing_and_changes_nothing(seen, observer):
     job = ParkedJobFactory()
     with pytest.raises(RuntimeError), transaction.atomic():
-        Client().fail_external(job.callback_id, "no")
+        Client().fail_external(callback_of(job), "no")
         raise RuntimeError("the caller's transaction fails")
     assert seen == [] and committed_state(observer, job.id) == "waiting_external"
-    assert Client().complete_external(job.callback_id).state == "completed"  # still pending
+    assert Client().complete_external(callback_of(job)).state == "completed"  # still pending
     assert seen == [(Completed, "completed", "completed")]
 
 
@@ -136,7 +138,7 @@ def test_a_failing_hook_neither_hides_the_result_nor_stops_later_hooks(seen, cap
     awa_django.on_any_event(lambda e: later.append(e.job.state))
     job = ParkedJobFactory()
     with caplog.at_level(logging.ERROR, logger="awa_django.hooks"):
-        row = Client().complete_external(job.callback_id)
+        row = Client().complete_external(callback_of(job))
     assert row.state == "completed" and later == ["completed"]
     assert seen == [(Completed, "completed", "completed")]
     assert any(str(job.id) in r.getMessage() for r in caplog.records)
@@ -147,7 +149,7 @@ def test_a_typed_hook_that_cannot_decode_the_args_is_skipped_and_the_job_is_unto
     awa_django.on_event(SendReceipt, typed.append)
     job = ParkedJobFactory(args={"order_id": "not-an-int"})
     with caplog.at_level(logging.WARNING, logger="awa_django.hooks"):
-        assert Client().complete_external(job.callback_id).state == "completed"
+        assert Client().complete_external(callback_of(job)).state == "completed"
     assert typed == [] and seen == [(Completed, "completed", "completed")]
     assert any("SendReceipt" in r.getMessage() for r in caplog.records)
 
@@ -155,7 +157,7 @@ def test_a_typed_hook_that_cannot_decode_the_args_is_skipped_and_the_job_is_unto
 def test_retry_external_wakes_the_queue_on_commit(observer):
     job = ParkedJobFactory(queue="email")
     observer.execute(f'LISTEN "{channel_for("email")}"')
-    Client().retry_external(job.callback_id)
+    Client().retry_external(callback_of(job))
     notices = list(observer.notifies(timeout=10, stop_after=1))
     assert [n.channel for n in notices] == [channel_for("email")]
 
@@ -173,8 +175,8 @@ def test_async_twins_fire_sync_and_async_hooks_from_async_code(seen):
 
     async def main():
         try:
-            await client.acomplete_external(parked.callback_id)
-            await client.afail_external(running.callback_id, "declined")
+            await client.acomplete_external(callback_of(parked))
+            await client.afail_external(callback_of(running), "declined")
         finally:
             await sync_to_async(connections.close_all)()
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import environ
 import pytest
@@ -46,7 +47,9 @@ def run_job(args: object) -> Job:
     return Job.objects.get(id=row.id)
 
 
-def post_callback(callback_id: object, action: str, body: dict[str, object]) -> tuple[int, dict]:
+def post_callback(
+    callback_id: object, action: str, body: dict[str, object]
+) -> tuple[int, dict[str, Any]]:
     path = callback_url(str(callback_id), action)
     raw = json.dumps(body).encode()
     response = HttpClient().post(
@@ -96,6 +99,7 @@ def test_shipping_label_waits_for_the_signed_carrier_callback(django_capture_on_
     with observed_hooks(django_capture_on_commit_callbacks) as seen:
         job = run_job(RequestShippingLabel(order_id=11))
     assert job.state == "waiting_external" and job.callback_id is not None
+    assert job.progress is not None
     assert job.progress["metadata"]["callback_id"] == str(job.callback_id)
     assert seen[-1].startswith(f"WaitingForCallback request_shipping_label #{job.id} callback")
 

@@ -239,6 +239,7 @@ def test_inline_completion_in_autocommit_costs_three_queries(
 def test_retry_after_is_retryable_at_now_plus_seconds_without_error() -> None:
     job = run(enqueue("retry_after", seconds=7.5))
     assert (job.state, job.attempt, job.errors) == ("retryable", 1, [])
+    assert job.finalized_at is not None
     assert job.run_at - job.finalized_at == dt.timedelta(seconds=7.5)
 
 
@@ -295,6 +296,7 @@ def test_snooze_restores_the_attempt_and_keeps_finalized_at(
     assert job.finalized_at == earlier
     assert job.errors == [previous_error]
     assert job.progress == {"percent": 10.0}
+    assert job.attempted_at is not None
     assert job.run_at - job.attempted_at == dt.timedelta(seconds=30)
     assert captured.names() == ["Started"]  # no event for a snooze
     assert calls_of(job_id) == [2]
@@ -328,6 +330,7 @@ def test_exception_is_retryable_with_backoff_and_an_error_entry(
     with capture_events() as captured, django_capture_on_commit_callbacks(execute=True):
         job = run(job_id)
     assert (job.state, job.attempt) == ("retryable", 1)
+    assert job.finalized_at is not None
     delay = (job.run_at - job.finalized_at).total_seconds()
     assert 2.0 <= delay < 2.5
     (entry,) = job.errors
@@ -349,6 +352,7 @@ def test_backoff_grows_with_the_attempt() -> None:
     promote(job_id)
     job = run(job_id)
     assert job.attempt == 2
+    assert job.finalized_at is not None
     assert 4.0 <= (job.run_at - job.finalized_at).total_seconds() < 5.0
 
 
@@ -417,12 +421,14 @@ def test_a_malformed_outcome_fails_the_attempt_and_never_wedges_the_job(name: st
 
 def test_retry_after_a_timedelta() -> None:
     job = run(enqueue("odd", note="retry_timedelta"))
+    assert job.finalized_at is not None
     assert job.state == "retryable" and job.run_at - job.finalized_at == dt.timedelta(minutes=2)
 
 
 def test_a_huge_snooze_is_capped_at_ten_years() -> None:
     job = run(enqueue("odd", note="snooze_huge"))
     assert job.state == "scheduled"
+    assert job.attempted_at is not None
     assert job.run_at - job.attempted_at == dt.timedelta(days=3650)
 
 
@@ -533,5 +539,6 @@ def test_wait_for_callback_without_register_callback_is_a_contract_violation(
 def test_wait_for_callback_with_a_registered_token_parks() -> None:
     job = run(enqueue("park"))
     assert job.state == "waiting_external" and job.callback_id is not None
+    assert job.callback_timeout_at is not None and job.attempted_at is not None
     assert job.callback_timeout_at - job.attempted_at == dt.timedelta(seconds=60)
     assert job.finalized_at is None

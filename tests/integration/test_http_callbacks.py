@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import time
 import uuid
+from typing import Any
 
 import pytest
 from django.test import Client as HttpClient
@@ -42,7 +43,7 @@ def http() -> HttpClient:
 
 @pytest.fixture
 def events(clean_hooks):
-    seen: list = []
+    seen: list[Any] = []
     awa_django.on_any_event(seen.append)
     return seen
 
@@ -62,7 +63,7 @@ def url(callback_id, action: str) -> str:
     return f"/awa/callbacks/{callback_id}/{action}"
 
 
-def post(http, callback_id, action, body: bytes | dict | None = None, *, method="POST",
+def post(http, callback_id, action, body: bytes | dict[str, Any] | None = None, *, method="POST",
          signed_path=None, signed_body=None, skew=0, headers=None, secret=SECRET,
          content_type="application/json", **extra):  # fmt: skip
     """Send a request signed like a real sender would, unless told to sign something else."""

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -322,7 +322,7 @@ def in_flight(*jobs: Job) -> list[JobContext[object]]:
     return [JobContext(JobSnapshot.from_mapping(_values(job.id)), None) for job in jobs]
 
 
-def _values(job_id: int) -> dict[str, Any]:
+def _values(job_id: int) -> Mapping[str, Any]:
     return Job.objects.filter(id=job_id).values().get()
 
 
@@ -403,7 +403,7 @@ def test_a_running_listener_hears_enqueue_and_cancel_notifications() -> None:
 def test_registrar_upserts_the_worker_row_and_deregister_removes_it() -> None:
     state = {"leader": False, "completed": 0}
 
-    async def main() -> list[dict[str, Any]]:
+    async def main() -> list[Mapping[str, Any]]:
         db = Database("default", "awa-runtime-test", max_size=1)
         await db.open()
         registrar = Registrar(
@@ -415,7 +415,7 @@ def test_registrar_upserts_the_worker_row_and_deregister_removes_it() -> None:
             log_interval=60,
             hooks_dropped=lambda: int(state["completed"]) // 7 * 3,
         )
-        rows: list[dict[str, Any]] = []
+        rows: list[Mapping[str, Any]] = []
         try:
             await registrar.run_once()
             rows.append(await in_thread(WorkerInstance.objects.values().get))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import factory
@@ -110,7 +110,7 @@ def complete(
     )
 
 
-def snapshot(job_id: int) -> dict[str, Any]:
+def snapshot(job_id: int) -> Mapping[str, Any]:
     return Job.objects.filter(id=job_id).values().get()
 
 
@@ -155,20 +155,18 @@ def test_job_insert_one_returns_the_full_row() -> None:
 
 def test_job_insert_many_keeps_input_order_and_per_row_values() -> None:
     when = timezone.now() + dt.timedelta(hours=1)
-    ids = list(
-        run(
-            jobs_sql.job_insert_many,
-            kinds=["k_a", "k_b", "k_c"],
-            queues=[Q, Q, "core-sql-2"],
-            args=['{"n": 0}', '{"n": 1}', '{"n": 2}'],
-            states=["available", "scheduled", "available"],
-            priorities=[1, 2, 4],
-            max_attempts=[1, 2, 3],
-            run_ats=[None, when, None],
-            metadata=["{}", '{"x": 1}', "{}"],
-            tags=["[]", '["a", "b"]', '["c"]'],
-            channels=[],
-        )
+    ids = run(
+        jobs_sql.job_insert_many,
+        kinds=["k_a", "k_b", "k_c"],
+        queues=[Q, Q, "core-sql-2"],
+        args=['{"n": 0}', '{"n": 1}', '{"n": 2}'],
+        states=["available", "scheduled", "available"],
+        priorities=[1, 2, 4],
+        max_attempts=[1, 2, 3],
+        run_ats=[None, when, None],
+        metadata=["{}", '{"x": 1}', "{}"],
+        tags=["[]", '["a", "b"]', '["c"]'],
+        channels=[],
     )
     got = [snapshot(i) for i in ids]
     assert [g["args"]["n"] for g in got] == [0, 1, 2]
@@ -191,6 +189,7 @@ def test_job_claim_many_bumps_attempt_and_run_lease_and_inserts_the_lease() -> N
     lease = ActiveLease.objects.get(job_id=job.id)
     assert (lease.run_lease, lease.queue, lease.worker_id) == (6, Q, "w-claim")
     assert lease.heartbeat_at == lease.claimed_at == transaction_now()
+    assert lease.deadline_at is not None
     assert lease.deadline_at - lease.claimed_at == dt.timedelta(seconds=60)
 
 
@@ -287,6 +286,7 @@ def test_job_set_state_if_running_retry_with_backoff() -> None:
         row, Transition("retryable", None, run_at_mode="backoff", error="E: x"), '{"p": 1}'
     )
     assert (moved.state, moved.attempt, moved.progress) == ("retryable", 1, {"p": 1})
+    assert moved.finalized_at is not None
     assert 2.0 <= (moved.run_at - moved.finalized_at).total_seconds() < 2.5
     assert moved.errors == [{"error": "E: x", "attempt": 1, "at": moved.errors[0]["at"]}]
     assert not ActiveLease.objects.filter(job_id=row.id).exists()
@@ -296,6 +296,7 @@ def test_job_set_state_if_running_backoff_is_capped_at_a_day() -> None:
     job = JobFactory(attempt=40, max_attempts=100)
     (row,) = claim()
     (moved,) = set_state(row, Transition("retryable", None, run_at_mode="backoff", error="e"))
+    assert moved.finalized_at is not None
     assert moved.run_at - moved.finalized_at == dt.timedelta(days=1)
     assert moved.id == job.id
 
@@ -308,6 +309,7 @@ def test_job_set_state_if_running_snooze_refunds_and_keeps_finalized_at() -> Non
     )
     (moved,) = set_state(row, transition)
     assert (moved.state, moved.attempt, moved.finalized_at) == ("scheduled", 0, earlier)
+    assert moved.attempted_at is not None
     assert moved.run_at - moved.attempted_at == dt.timedelta(seconds=9)
     assert (moved.errors, moved.progress) == ([], {"keep": True})
 
@@ -429,13 +431,15 @@ def test_job_get() -> None:
 def test_job_register_callback_sets_the_token_and_timeout() -> None:
     row = running()
     token = uuid.uuid4()
-    (callback_id, timeout_at) = run(
+    registered = run(
         jobs_sql.job_register_callback,
         id=row.id,
         run_lease=row.run_lease,
         callback_id=token,
         timeout_seconds=90,
     )
+    assert registered is not None
+    (callback_id, timeout_at) = registered
     assert callback_id == token
     assert timeout_at - transaction_now() == dt.timedelta(seconds=90)
     stale = run(
@@ -568,6 +572,7 @@ def test_job_rescue_stale_heartbeat_retries_with_backoff_and_an_error() -> None:
     assert [r.id for r in result] == [stale.id]
     (rescued,) = result
     assert (rescued.state, rescued.attempt, rescued.progress) == ("retryable", 1, {"p": 1})
+    assert rescued.finalized_at is not None
     assert 2.0 <= (rescued.run_at - rescued.finalized_at).total_seconds() < 2.5
     assert [(e["error"], e["attempt"]) for e in rescued.errors] == [
         ("heartbeat stale: worker presumed dead", 1)
@@ -634,6 +639,7 @@ def test_job_rescue_expired_callback_retries_or_fails_when_exhausted() -> None:
     assert set(result) == {retry.id, exhausted.id}
     r = result[retry.id]
     assert (r.state, r.callback_id, r.callback_timeout_at) == ("retryable", None, None)
+    assert r.finalized_at is not None
     assert 2.0 <= (r.run_at - r.finalized_at).total_seconds() < 2.5
     assert r.errors == [{"error": "callback timed out", "attempt": 1, "at": r.errors[0]["at"]}]
     f = result[exhausted.id]
@@ -867,7 +873,9 @@ def test_job_complete_many_plan_uses_the_primary_key() -> None:
 
 @pytest.mark.usefixtures("big_table")
 def test_job_set_state_if_running_plan_uses_the_primary_key() -> None:
-    row = JobSnapshot.from_mapping(Job.objects.filter(state="available").values().first())
+    available = Job.objects.filter(state="available").values().first()
+    assert available is not None
+    row = JobSnapshot.from_mapping(available)
     plan = explain(
         jobs_sql.job_set_state_if_running,
         id=row.id,

@@ -143,6 +143,7 @@ def test_dispatcher_applies_the_queue_deadline_to_the_lease() -> None:
 
     with_db(step)
     lease = ActiveLease.objects.get()
+    assert lease.deadline_at is not None
     assert lease.deadline_at - lease.claimed_at == dt.timedelta(seconds=42)
 
 
@@ -278,7 +279,8 @@ def test_heartbeat_refreshes_owned_leases_and_flags_lost_ones() -> None:
     ActiveLease.objects.update(heartbeat_at=timezone.now() - AGO)
     ActiveLease.objects.filter(job_id=lost.id).delete()  # rescued or cancelled meanwhile
     inflight = InFlight()
-    kept_job, lost_job = JobContext(kept, None), JobContext(lost, None)
+    kept_job: JobContext[object] = JobContext(kept, None)
+    lost_job: JobContext[object] = JobContext(lost, None)
     inflight.add(kept_job)
     inflight.add(lost_job)
     kept_job.set_progress(40, "working")
@@ -374,6 +376,7 @@ def test_rescuer_rescues_stale_heartbeats_deadlines_and_expired_callbacks() -> N
         [{"error": "callback timed out", "attempt": 3, "terminal": True}],
     )
     for job in Job.objects.filter(id__in=[stale.id, late.id, expired.id]):
+        assert job.finalized_at is not None
         assert 2.0 <= (job.run_at - job.finalized_at).total_seconds() < 2.5
     assert Job.objects.get(id=healthy.id).state == "running"
     assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [healthy.id]

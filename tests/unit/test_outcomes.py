@@ -282,7 +282,7 @@ def test_snooze_plans_every_column_it_changes() -> None:
 def test_event_for_retried_carries_attempt_error_and_next_run_at() -> None:
     t = plan_failure(make_row(), raised(ValueError("x")))
     committed = make_row(state="retryable", run_at=NOW + dt.timedelta(seconds=2))
-    event = event_for(t, committed)  # type: ignore[arg-type]
+    event = event_for(t, committed)
     assert isinstance(event, Retried)
     assert (event.job, event.attempt, event.next_run_at) == (committed, 1, committed.run_at)
     assert event.error.startswith("ValueError: x")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,8 +30,12 @@ def load(name: str) -> ModuleType:
     return module
 
 
-pgenv = load("pgenv")
-check = load("check")
+if TYPE_CHECKING:  # mypy reads the scripts as the namespace package `devtools`
+    from devtools import check
+    from devtools import pgenv as pgenv  # as pgenv: test_pgenv_server imports it from here
+else:
+    pgenv = load("pgenv")
+    check = load("check")
 
 
 class FakeServer(pgenv.Embedded):
