@@ -384,8 +384,8 @@ def test_a_fire_with_a_stale_expected_last_fire_enqueues_nothing(
 
 
 # -- DST days (Europe/Berlin, fixed dates) ------------------------------------------------
-def berlin(*args: int, fold: int = 0) -> dt.datetime:
-    return dt.datetime(*args, tzinfo=BERLIN, fold=fold)
+def berlin(year: int, month: int, day: int, hour: int, minute: int) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, minute, tzinfo=BERLIN)
 
 
 @pytest.mark.parametrize("expression", ["30 2 * * *", "0 30 2 * * *"])
