@@ -111,6 +111,27 @@ def due_fires(
     return fires
 
 
+def upcoming_fire(
+    expression: str,
+    timezone: str,
+    policy: str,
+    last_fire_at: dt.datetime | None,
+    created_at: dt.datetime,
+    now: dt.datetime,
+) -> dt.datetime | None:
+    """The next fire the leader will enqueue for an unpaused schedule, as operators see it:
+    with catch_up, the oldest fire still owed (maybe past); otherwise the first after now.
+    None for a definition this process cannot evaluate."""
+    try:
+        expression, zone = check_expression(expression), check_timezone(timezone)
+    except InvalidSchedule:
+        return None
+    after = last_fire_at or created_at
+    if policy != MissedFirePolicy.CATCH_UP:
+        after = max(after, now)
+    return next_fire_after(expression, zone, after)
+
+
 def _fixed_time(expression: str) -> bool:
     """Minute and hour both fixed: evaluated on the wall clock (the DST rule above)."""
     minute, hour = expression.split()[-5:-3]

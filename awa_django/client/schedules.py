@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from django.db.models.functions import Now
 
 from awa_django.codec import storable_text
-from awa_django.cron import check_expression, check_timezone, next_fire_after
-from awa_django.exceptions import InvalidSchedule, ScheduleNotFound
+from awa_django.cron import upcoming_fire
+from awa_django.exceptions import ScheduleNotFound
 from awa_django.snapshot import JobSnapshot, ScheduleSnapshot
 from awa_django.storage.sql import cron as cron_sql
 
@@ -97,22 +97,15 @@ def _snapshot(row: CronSchedule, now: dt.datetime) -> ScheduleSnapshot:
         paused_by=row.paused_by,
         last_fire_at=row.last_fire_at,
         last_job_id=row.last_job_id,
-        next_fire_at=None if row.paused else _next_fire(row, now),
+        next_fire_at=None if row.paused else _upcoming(row, now),
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
 
 
-def _next_fire(row: CronSchedule, now: dt.datetime) -> dt.datetime | None:
-    """The next fire the leader will enqueue: a due one not yet taken, else the first
-    after now."""
-    try:
-        expression, zone = check_expression(row.expression), check_timezone(row.timezone)
-    except InvalidSchedule:
-        return None
-    after = row.last_fire_at or row.created_at
-    return next_fire_after(
-        expression, zone, max(after, now) if row.missed_fire_policy == "coalesce" else after
+def _upcoming(row: CronSchedule, now: dt.datetime) -> dt.datetime | None:
+    return upcoming_fire(
+        row.expression, row.timezone, row.missed_fire_policy, row.last_fire_at, row.created_at, now
     )
 
 
