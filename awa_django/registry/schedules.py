@@ -8,9 +8,9 @@ The maintenance leader syncs the declarations into `awa_cron_schedules` and fire
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from awa_django.codec import dumps, encode_args_json
 from awa_django.conf import (
@@ -36,6 +36,8 @@ from awa_django.options import (
     check_tags,
 )
 from awa_django.registry import kind_for, registry
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,18 +97,20 @@ def periodic(
     (including a second, different declaration under the same name).
     """
     try:
-        definition = _definition(
-            name,
-            expression,
-            args,
-            timezone,
-            kind,
-            queue,
-            priority,
-            max_attempts,
-            tags,
-            metadata,
-            missed_fire_policy,
+        definition = ScheduleDefinition(
+            name=check_name(name),
+            expression=check_expression(expression),
+            timezone=check_timezone(timezone).key,
+            kind=_kind(args, kind),
+            args=encode_args_json(
+                args, what=f"args of schedule {name!r}", limit=awa_settings().max_args_bytes
+            ),
+            queue=_optional(validate_queue_name, queue),
+            priority=_optional(check_priority, priority),
+            max_attempts=_optional(check_max_attempts, max_attempts),
+            tags=tuple(check_tags(tags)),
+            metadata=_metadata(metadata),
+            missed_fire_policy=check_policy(missed_fire_policy),
         )
     except InvalidSchedule:
         raise
@@ -116,36 +120,14 @@ def periodic(
     return definition
 
 
-def _definition(
-    name: str,
-    expression: str,
-    args: Any,
-    timezone: str,
-    kind: str | None,
-    queue: str | None,
-    priority: int | None,
-    max_attempts: int | None,
-    tags: Sequence[str],
-    metadata: dict[str, Any] | None,
-    policy: str,
-) -> ScheduleDefinition:
-    check_timezone(timezone)
+def _optional(check: Callable[[object], T], value: object) -> T | None:
+    """None stays None (the `@job` declaration decides at sync); anything else is checked."""
+    return None if value is None else check(value)
+
+
+def _metadata(metadata: dict[str, Any] | None) -> str:
     check_metadata(metadata)
-    return ScheduleDefinition(
-        name=check_name(name),
-        expression=check_expression(expression),
-        timezone=timezone,
-        kind=_kind(args, kind),
-        args=encode_args_json(
-            args, what=f"args of schedule {name!r}", limit=awa_settings().max_args_bytes
-        ),
-        queue=None if queue is None else validate_queue_name(queue),
-        priority=None if priority is None else check_priority(priority),
-        max_attempts=None if max_attempts is None else check_max_attempts(max_attempts),
-        tags=tuple(check_tags(tags)),
-        metadata=dumps(metadata or {}, what="metadata"),
-        missed_fire_policy=check_policy(policy),
-    )
+    return dumps(metadata or {}, what="metadata")
 
 
 def _kind(args: Any, kind: str | None) -> str:

@@ -42,10 +42,12 @@ Q = "cron-q"
 @pytest.fixture
 def declared() -> Iterator[list[ScheduleDefinition]]:
     """Schedules a test declares with `periodic`; forgotten afterwards."""
+    before = {d.name for d in registry.schedules()}
     made: list[ScheduleDefinition] = []
     yield made
     for definition in registry.schedules():
-        registry.remove_schedule_declaration(definition.name)
+        if definition.name not in before:
+            registry.remove_schedule_declaration(definition.name)
 
 
 def periodic(
