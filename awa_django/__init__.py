@@ -33,8 +33,10 @@ from awa_django.exceptions import (
     InvalidEnqueueOption,
     InvalidJobArgs,
     InvalidQueueName,
+    InvalidSchedule,
     JobNotFound,
     PayloadTooLarge,
+    ScheduleNotFound,
     SerializationError,
     StaleAttempt,
     TerminalError,
@@ -42,8 +44,9 @@ from awa_django.exceptions import (
 )
 from awa_django.execution.context import JobContext
 from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
+from awa_django.registry.schedules import periodic
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from awa_django.snapshot import JobSnapshot
+from awa_django.snapshot import JobSnapshot, ScheduleSnapshot
 from awa_django.web.signing import callback_url, sign_callback_request
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "InvalidEnqueueOption",
     "InvalidJobArgs",
     "InvalidQueueName",
+    "InvalidSchedule",
     "JobContext",
     "JobNotFound",
     "JobSnapshot",
@@ -68,6 +72,8 @@ __all__ = [
     "ResolveResult",
     "Retried",
     "RetryAfter",
+    "ScheduleNotFound",
+    "ScheduleSnapshot",
     "SerializationError",
     "Snooze",
     "StaleAttempt",
@@ -85,6 +91,7 @@ __all__ = [
     "on_any_event",
     "on_event",
     "on_event_kind",
+    "periodic",
     "sign_callback_request",
 ]
 

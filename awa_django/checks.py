@@ -12,6 +12,8 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from awa_django.conf import load_settings
+from awa_django.cron import check_expression, check_timezone
+from awa_django.exceptions import InvalidSchedule
 from awa_django.registry import Registry, registry
 
 
@@ -171,3 +173,32 @@ def _kind_is_served(hooks: Registry, kind: str) -> bool:
         return callable(import_string(kind))
     except Exception:  # not importable, or its module fails to import: not served
         return False
+
+
+@checks.register()
+def check_schedules(
+    app_configs: Any = None, schedules: Registry = registry, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Declared cron schedules: each expression and zone must evaluate here (awa.E020; a
+    zone database missing from the image shows up here), and their kind should have a
+    handler, or the fires wait for a worker that never comes (awa.W020)."""
+    problems: list[checks.CheckMessage] = []
+    for definition in schedules.schedules():
+        try:
+            check_expression(definition.expression)
+            check_timezone(definition.timezone)
+        except InvalidSchedule as exc:
+            problems.append(
+                checks.Error(f"Cron schedule {definition.name!r}: {exc}", id="awa.E020")
+            )
+        if not _kind_is_served(schedules, definition.kind):
+            problems.append(
+                checks.Warning(
+                    f"Cron schedule {definition.name!r} enqueues job kind "
+                    f"{definition.kind!r}, which has no handler.",
+                    hint="Register its handler with @awa_django.job in an installed app's "
+                    "jobs.py, or fix the schedule's args/kind.",
+                    id="awa.W020",
+                )
+            )
+    return problems

@@ -59,6 +59,10 @@ class AwaSettings:
     rescue_interval: float = 30.0
     promote_interval: float = 0.25
     prune_interval: float = 60.0
+    # The leader evaluates cron schedules every CRON_INTERVAL and upserts the declared ones
+    # every CRON_SYNC_INTERVAL (and as soon as it leads). Decision 013.
+    cron_interval: float = 1.0
+    cron_sync_interval: float = 60.0
     leader_ttl: float = 30.0
     election_interval: float = 10.0
     shutdown_grace: float = 30.0

@@ -64,5 +64,15 @@ class DatabaseUnavailable(AwaError):
     """The database could not be reached."""
 
 
+class InvalidSchedule(AwaError, ValueError):
+    """A cron schedule's declaration is invalid (name, expression, timezone, policy or job
+    options)."""
+
+
+class ScheduleNotFound(AwaError):
+    """No cron schedule with this name exists (it was never synced by a leader, or was
+    removed)."""
+
+
 class TerminalError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""

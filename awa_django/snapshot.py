@@ -1,6 +1,6 @@
 """Immutable snapshots the Client hands out: `JobSnapshot` (one committed `awa_jobs_hot`
-row), and the operators' figures `QueueStats` (one queue at one moment) and `LiveWorker`
-(one worker process as it last reported in)."""
+row), `ScheduleSnapshot` (one cron schedule), and the operators' figures `QueueStats` (one
+queue at one moment) and `LiveWorker` (one worker process as it last reported in)."""
 
 from __future__ import annotations
 
@@ -128,3 +128,27 @@ class LiveWorker:
     kinds: list[str] = field(default_factory=list)  # the kinds it has handlers for
     serves_tasks: bool = False  # also resolves django.tasks kinds (import paths)
     hooks_dropped: int = 0  # lifecycle events its full hook backlog dropped
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSnapshot:
+    """One cron schedule as its table row stands, with its next fire time (computed from
+    the database clock; None while paused)."""
+
+    name: str
+    expression: str
+    timezone: str
+    kind: str
+    args: dict[str, Any]
+    queue: str
+    priority: int
+    max_attempts: int
+    missed_fire_policy: str
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str
+    last_fire_at: datetime | None  # the last scheduled fire (manual triggers not counted)
+    last_job_id: int | None  # the job of the last fire or manual trigger
+    next_fire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime

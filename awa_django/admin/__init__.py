@@ -1,13 +1,16 @@
 """The Django admin as an operations console: the job list, detail and actions
-(`jobs.py`), the queue dashboard (`dashboard.py`). Registered on the default admin site."""
+(`jobs.py`), the queue dashboard (`dashboard.py`) and the cron schedules (`schedules.py`).
+Registered on the default admin site."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from awa_django.admin.jobs import JobAdmin
-from awa_django.storage.models import Job
+from awa_django.admin.schedules import CronScheduleAdmin
+from awa_django.storage.models import CronSchedule, Job
 
 admin.site.register(Job, JobAdmin)
+admin.site.register(CronSchedule, CronScheduleAdmin)
 
-__all__ = ["JobAdmin"]
+__all__ = ["CronScheduleAdmin", "JobAdmin"]

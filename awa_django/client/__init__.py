@@ -5,7 +5,7 @@ caller's transaction. Surfaces import from here, never from `awa_django.storage`
 from awa_django.client.callbacks import ResolveResult
 from awa_django.client.client import Client
 from awa_django.client.shortcuts import aenqueue, aenqueue_many, enqueue, enqueue_many
-from awa_django.snapshot import LiveWorker, QueueStats
+from awa_django.snapshot import LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.states import DEPTH_STATES
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "LiveWorker",
     "QueueStats",
     "ResolveResult",
+    "ScheduleSnapshot",
     "aenqueue",
     "aenqueue_many",
     "enqueue",

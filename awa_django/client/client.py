@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models.functions import Now
 
-from awa_django.client import callbacks
+from awa_django.client import callbacks, schedules
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.rows import (
@@ -33,7 +33,7 @@ from awa_django.conf import awa_settings, validate_queue_name
 from awa_django.events import Cancelled
 from awa_django.exceptions import JobNotFound
 from awa_django.registry import registry
-from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats
+from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
@@ -285,6 +285,52 @@ class Client:
 
     async def aknown_queues(self) -> set[str]:
         return await sync_to_async(self.known_queues)()
+
+    # -- cron schedules (docs/cron.md; schedules.py) -----------------------------------
+    def schedules(self) -> list[ScheduleSnapshot]:
+        """Every synced cron schedule, by name, with its next fire time."""
+        return schedules.schedules(self.using)
+
+    def schedule(self, name: str) -> ScheduleSnapshot:
+        """One schedule; ScheduleNotFound if no leader has synced it (or it was removed)."""
+        return schedules.schedule(self.using, name)
+
+    def pause_schedule(self, name: str, *, by: str = "") -> ScheduleSnapshot:
+        """Stop firing `name` (a redeploy does not resume it); idempotent. On resume, its
+        missed-fire policy decides what the paused time enqueues."""
+        return schedules.pause(self.using, name, by)
+
+    def resume_schedule(self, name: str) -> ScheduleSnapshot:
+        """Fire `name` again; idempotent."""
+        return schedules.resume(self.using, name)
+
+    def trigger_schedule(self, name: str) -> JobSnapshot:
+        """Enqueue one job of `name` now, paused or not (metadata `cron_fire_time` = now,
+        `triggered_manually`); its scheduled fires go on unchanged."""
+        return schedules.trigger(self.using, name)
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete schedule `name` (the sync never deletes). Remove its `periodic(...)`
+        declaration first: a process that still declares it re-creates it."""
+        schedules.remove(self.using, name)
+
+    async def aschedules(self) -> list[ScheduleSnapshot]:
+        return await sync_to_async(self.schedules)()
+
+    async def aschedule(self, name: str) -> ScheduleSnapshot:
+        return await sync_to_async(self.schedule)(name)
+
+    async def apause_schedule(self, name: str, *, by: str = "") -> ScheduleSnapshot:
+        return await sync_to_async(self.pause_schedule)(name, by=by)
+
+    async def aresume_schedule(self, name: str) -> ScheduleSnapshot:
+        return await sync_to_async(self.resume_schedule)(name)
+
+    async def atrigger_schedule(self, name: str) -> JobSnapshot:
+        return await sync_to_async(self.trigger_schedule)(name)
+
+    async def aremove_schedule(self, name: str) -> None:
+        await sync_to_async(self.remove_schedule)(name)
 
     # -- callbacks (DESIGN §6; callbacks.py) --------------------------------------------
     def complete_external(

@@ -15,9 +15,13 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa_django.events import ALL_EVENTS, Event
+from awa_django.exceptions import InvalidSchedule
+
+if TYPE_CHECKING:
+    from awa_django.registry.schedules import ScheduleDefinition
 
 logger = logging.getLogger("awa_django.hooks")
 
@@ -69,6 +73,7 @@ class Registry:
         self._hooks: tuple[HookRegistration, ...] = ()
         self._started = False
         self._resolvers: list[Callable[[str], JobDefinition | None]] = []
+        self._schedules: dict[str, ScheduleDefinition] = {}
         self._lock = threading.Lock()
 
     # -- handlers ---------------------------------------------------------------------
@@ -107,6 +112,28 @@ class Registry:
 
     def jobs(self) -> list[JobDefinition]:
         return list(self._jobs.values())
+
+    # -- cron schedules (registry/schedules.py) ------------------------------------------
+    def add_schedule(self, definition: ScheduleDefinition) -> None:
+        """Register a declared schedule; the same declaration again (a re-import) is fine,
+        a different one under the same name is an error."""
+        with self._lock:
+            existing = self._schedules.get(definition.name)
+            if existing is not None and existing != definition:
+                raise InvalidSchedule(
+                    f"schedule {definition.name!r} is declared twice, differently: "
+                    "schedule names are unique"
+                )
+            self._schedules[definition.name] = definition
+
+    def schedules(self) -> list[ScheduleDefinition]:
+        """Declared schedules, by name."""
+        return sorted(self._schedules.values(), key=lambda d: d.name)
+
+    def remove_schedule_declaration(self, name: str) -> None:
+        """Forget a declaration (tests); the table row stays (removal is explicit)."""
+        with self._lock:
+            self._schedules.pop(name, None)
 
     # -- hooks ------------------------------------------------------------------------
     def add_hook(self, registration: HookRegistration) -> None:

@@ -197,3 +197,49 @@ class LeaderLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
+
+
+class CronSchedule(models.Model):
+    """One cron schedule, synced from its `periodic(...)` declaration by the maintenance
+    leader. The leader updates the definition fields, never `paused` nor `last_fire_at`:
+    `last_fire_at` is the compare-and-swap field every fire moves (decision 013)."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    expression = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=100, default="UTC")
+    kind = models.CharField(max_length=200)
+    args = models.JSONField(default=dict)
+    queue = models.CharField(max_length=200, default=DEFAULT_QUEUE)
+    priority = models.SmallIntegerField(default=DEFAULT_PRIORITY)
+    max_attempts = models.SmallIntegerField(default=DEFAULT_MAX_ATTEMPTS)
+    tags = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    missed_fire_policy = models.CharField(
+        max_length=20,
+        choices=[("coalesce", "coalesce"), ("catch_up", "catch_up")],
+        default="coalesce",
+    )
+    paused = models.BooleanField(default=False)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+    # The last scheduled fire enqueued (NULL: never fired; fires start after created_at).
+    last_fire_at = models.DateTimeField(null=True, blank=True)
+    # The job the last fire (or manual trigger) enqueued; not a foreign key, since
+    # terminal jobs are pruned.
+    last_job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "awa_cron_schedules"
+        ordering = ["name"]
+        permissions = [("manage_schedule", "Can pause, resume, trigger and remove schedules")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(missed_fire_policy__in=["coalesce", "catch_up"]),
+                name="awa_cron_policy_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.expression} {self.timezone})"

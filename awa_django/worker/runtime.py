@@ -24,6 +24,7 @@ from awa_django.worker.heartbeat import Heartbeat
 from awa_django.worker.hook_queue import HookQueue
 from awa_django.worker.inflight import InFlight
 from awa_django.worker.listener import Listener
+from awa_django.worker.maintenance.cron import CronScheduler
 from awa_django.worker.maintenance.leader import LeaderElector
 from awa_django.worker.maintenance.loop import MaintenanceLoop
 from awa_django.worker.maintenance.promoter import Promoter
@@ -108,6 +109,7 @@ class Runtime:
         s = self.settings
         self.elector = LeaderElector(self.db, self.worker_id, s.leader_ttl)
         self.rescuer = Rescuer(self.db, s.heartbeat_staleness, self._on_rescued)
+        self.cron = CronScheduler(self.db)
         self.maintenance = MaintenanceLoop(
             self.elector,
             s.election_interval,
@@ -118,6 +120,9 @@ class Runtime:
                     s.prune_interval,
                     Pruner(self.db, s.completed_retention, s.failed_retention).run_once,
                 ),
+                # Sync before the first evaluation, so a new leader fires what it declares.
+                (s.cron_sync_interval, self.cron.sync),
+                (s.cron_interval, self.cron.run_once),
             ],
         )
         self.registrar = Registrar(

@@ -218,3 +218,12 @@ def acc_rolling(job: JobContext[AccRolling]) -> None:
 
 if "acc_rolling" not in WITHOUT_KINDS:
     awa_django.job(AccRolling, queue="acc")(acc_rolling)
+
+
+# A schedule firing every second, declared only in workers started with AWA_TEST_CRON=1
+# (the cron failover test), so it never fires in any other test.
+CRON_EVERY_SECOND = "acc-every-second"
+if os.environ.get("AWA_TEST_CRON") == "1":
+    awa_django.periodic(
+        CRON_EVERY_SECOND, "* * * * * *", AccNoop(n=-1), missed_fire_policy="catch_up"
+    )

@@ -1,5 +1,5 @@
 """End to end in a real browser: log in through the admin form, read the dashboard, pause
-a queue, and retry a failed job from the job list."""
+a queue, retry a failed job from the job list, and pause a cron schedule."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from awa_django.storage.models import Job, QueueState, WorkerInstance
+from awa_django.storage.models import CronSchedule, Job, QueueState, WorkerInstance
 from tests.factories import JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -79,3 +79,23 @@ def test_operator_reads_the_dashboard_and_retries_a_failed_job(
     expect(page.locator("pre.awa-error")).to_have_text("card <declined>")
     expect(page.locator(".awa-timeline")).to_contain_text("attempt 2 error: card <declined>")
     page.screenshot(path=str(screenshot_dir / "job_detail.png"), full_page=True)
+
+
+def test_operator_opens_the_schedules_from_the_dashboard_and_pauses_one(
+    live_server: Any, page: Any, operator: str, screenshot_dir: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    CronSchedule.objects.create(
+        name="nightly-report", expression="0 2 * * *", timezone="Europe/Berlin", kind="report"
+    )
+    log_in(page, live_server.url, operator, "/admin/awa_django/job/dashboard/")
+    page.click("#awa-schedules-link")
+    expect(page.locator("#result_list")).to_contain_text("nightly-report")
+    expect(page.locator("#result_list")).to_contain_text("Europe/Berlin")
+    page.check('input[name="_selected_action"][value="nightly-report"]')
+    page.select_option("select[name=action]", "pause_schedules")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("1 schedule paused")
+    page.screenshot(path=str(screenshot_dir / "schedules.png"), full_page=True)
+    assert CronSchedule.objects.get().paused

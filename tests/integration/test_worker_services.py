@@ -478,3 +478,29 @@ def test_maintenance_loop_runs_services_only_while_leading() -> None:
         return runs["a"], runs["b"]
 
     assert with_db(step) == (3, 0)
+
+
+def test_maintenance_loop_runs_every_service_at_once_on_taking_the_lead_again() -> None:
+    """The cron sync (every 60 s) publishes a new leader's schedules at once, not a period
+    after it regained the lead."""
+
+    async def step(db: Database) -> list[int]:
+        runs = [0]
+
+        async def hourly() -> None:
+            runs[0] += 1
+
+        elector = LeaderElector(db, "core-regain", ttl=30)
+        loop = MaintenanceLoop(elector, 0.0, [(3600.0, hourly)])
+        counts = []
+        await loop.run_once()  # leads: runs
+        await loop.run_once()  # an hour not passed: does not
+        counts.append(runs[0])
+        await elector.release()  # lost the lead...
+        loop._next_election = 0.0
+        await loop.run_once()  # ...and took it again: runs at once
+        counts.append(runs[0])
+        await elector.release()
+        return counts
+
+    assert with_db(step) == [1, 2]

@@ -32,7 +32,12 @@ class MaintenanceLoop:
     async def run_once(self) -> None:
         now = time.monotonic()
         if now >= self._next_election:
+            was_leading = self.elector.is_leader
             leading = await self.elector.run_once()
+            if leading and not was_leading:
+                # A new leader runs every service at once: the cron sync publishes its
+                # declared schedules on taking the lead, rescue does not wait a period.
+                self._next_run = [0.0] * len(self.services)
             # Renew at a third of the TTL so one late renewal never loses the lease.
             pause = self.elector.ttl / 3 if leading else self.election_interval
             self._next_election = now + pause
