@@ -5,7 +5,7 @@ Client. Rows are read-only here: their definition comes from `periodic(...)` in 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db import router
@@ -22,8 +22,14 @@ from awa_django.storage.models import CronSchedule
 
 MANAGE = "manage_schedule"
 
+# Django's ModelAdmin takes no type argument at runtime; the stubs want one (as in jobs.py).
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[CronSchedule]
+else:
+    _ModelAdmin = admin.ModelAdmin
 
-class CronScheduleAdmin(admin.ModelAdmin):
+
+class CronScheduleAdmin(_ModelAdmin):
     list_display = (
         "name",
         "kind",
@@ -42,7 +48,8 @@ class CronScheduleAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CronSchedule]:
         # The database clock, read with the rows, is what the next fire is computed from.
-        return super().get_queryset(request).annotate(db_now=Now())
+        queryset: QuerySet[CronSchedule] = super().get_queryset(request)
+        return queryset.annotate(db_now=Now())
 
     @admin.display(description="next fire")
     def next_fire(self, obj: CronSchedule) -> dt.datetime | str:
