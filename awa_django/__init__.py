@@ -38,12 +38,14 @@ from awa_django.exceptions import (
     SerializationError,
     StaleAttempt,
     TerminalError,
+    UniqueConflict,
     UnknownJobKind,
 )
 from awa_django.execution.context import JobContext
 from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
+from awa_django.unique import EnqueueManyResult, UniqueOpts
 from awa_django.web.signing import callback_url, sign_callback_request
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Cancelled",
     "Client",
     "Completed",
+    "EnqueueManyResult",
     "Event",
     "Exhausted",
     "InvalidCallbackOption",
@@ -73,6 +76,8 @@ __all__ = [
     "StaleAttempt",
     "Started",
     "TerminalError",
+    "UniqueConflict",
+    "UniqueOpts",
     "UnknownJobKind",
     "WaitForCallback",
     "WaitingForCallback",

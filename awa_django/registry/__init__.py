@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from awa_django.events import ALL_EVENTS, Event
+from awa_django.unique import UniqueOpts
 
 logger = logging.getLogger("awa_django.hooks")
 
@@ -40,6 +41,7 @@ class JobDefinition:
     queue: str
     max_attempts: int
     priority: int
+    unique: UniqueOpts | None = None  # the default of every enqueue of this kind
 
     @property
     def is_async(self) -> bool:

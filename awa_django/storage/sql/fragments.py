@@ -19,6 +19,17 @@ J_JOB_COLUMNS = ", ".join(
     f"j.{name}::text AS {name}" if name in JSON_COLUMNS else f"j.{name}" for name in COLUMNS
 )
 
+# Wake-up hints ride on the statement that makes jobs available, so enqueue stays one round
+# trip: the uncorrelated sub-select runs once per statement (an InitPlan), never per row.
+# Params: channels text[] (empty for jobs that are not available yet). NOTIFY is delivered
+# only when the enclosing transaction commits, so listeners never see an uncommitted job.
+NOTIFY_ONCE = "(SELECT count(pg_notify(ch, '')) FROM unnest(%(channels)s::text[]) ch) >= 0"
+
+# The partial unique index of unique jobs, named for ON CONFLICT by its column and its
+# predicate (PostgreSQL infers the arbiter index from both; models.UNIQUE_HOLDS_KEY is the
+# same predicate on the model's Meta). Migration 0004 creates the function.
+UNIQUE_ARBITER = "(unique_key) WHERE awa_state_in_unique_states(unique_states, state)"
+
 
 def backoff(attempt: str) -> str:
     """Retry delay in seconds after `attempt` (a column or expression): min(2^a + U[0,
