@@ -100,8 +100,9 @@ def enqueue_usages(when: dt.datetime) -> None:
         [SendReceipt(order_id=1)], unique=awa_django.UniqueOpts(), on_conflict="skip"
     )
     raised: list[int] = awa_django.enqueue_many([SendReceipt(order_id=1)], on_conflict="raise")
-    print(skipped.skipped, raised)
-    wrong: list[int] = awa_django.enqueue_many([SendReceipt(order_id=1)], on_conflict="skip")  # E: assignment
+    many = [SendReceipt(order_id=1)]
+    wrong: list[int] = awa_django.enqueue_many(many, on_conflict="skip")  # E: assignment
+    print(skipped.skipped, raised, wrong)
 
 
 async def aenqueue_usages() -> None:
