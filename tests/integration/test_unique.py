@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import importlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
 import awa_django
@@ -26,9 +27,11 @@ from awa_django.events import Cancelled
 from awa_django.exceptions import InvalidEnqueueOption
 from awa_django.storage.models import Job
 from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.testing import capture_events, drain
 from awa_django.unique import unique_key
 from awa_django.worker.database import connection_kwargs
+from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 Q = "core-unique"
@@ -217,6 +220,37 @@ def test_a_retry_of_a_failed_job_whose_key_is_held_raises_unique_conflict() -> N
     with pytest.raises(UniqueConflict), transaction.atomic():
         awa_django.Client().retry(first.id)
     assert Job.objects.get(id=first.id).state == "failed"
+
+
+# -- maintenance batches never take a held key -------------------------------------------
+def test_promotion_leaves_a_due_job_whose_key_is_held_and_promotes_the_rest() -> None:
+    key, mask = b"k" * 16, UniqueOpts(states={"available"}).states_mask
+    past = timezone.now() - dt.timedelta(minutes=1)
+    holder = JobFactory(state="available", unique_key=key, unique_states=mask)
+    waiting = JobFactory(state="scheduled", run_at=past, unique_key=key, unique_states=mask)
+    plain = JobFactory(state="scheduled", run_at=past)
+    assert maintenance_sql.job_promote_due(limit=100).run("default") == 1
+    states = dict(Job.objects.values_list("id", "state"))
+    assert (states[waiting.id], states[plain.id]) == ("scheduled", "available")
+    awa_django.Client().cancel(holder.id)  # the key is free: promoted on the next pass
+    assert maintenance_sql.job_promote_due(limit=100).run("default") == 1
+    assert Job.objects.get(id=waiting.id).state == "available"
+
+
+def test_callback_timeout_rescue_leaves_a_parked_job_whose_key_is_held() -> None:
+    # waiting_external is outside the default states, retryable inside: the rescue would
+    # move the parked job into its states while a newer duplicate holds the key.
+    key, mask = b"p" * 16, UniqueOpts().states_mask
+    expired = {
+        "state": "waiting_external",
+        "callback_timeout_at": timezone.now() - dt.timedelta(seconds=1),
+    }
+    parked = JobFactory(**expired, unique_key=key, unique_states=mask)
+    JobFactory(state="available", unique_key=key, unique_states=mask)
+    other = JobFactory(**expired)
+    rescued = maintenance_sql.job_rescue_expired_callback(limit=10, message="m").run("default")
+    assert [r.id for r in rescued] == [other.id]
+    assert Job.objects.get(id=parked.id).state == "waiting_external"
 
 
 # -- enqueue_many -------------------------------------------------------------------------
@@ -467,3 +501,28 @@ def test_the_unique_indexes_are_valid_and_the_function_immutable() -> None:
             "WHERE proname = 'awa_state_in_unique_states'"
         )
         assert cursor.fetchall() == [("i", True)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_builds_on_a_table_with_jobs_and_redoes_an_invalid_index() -> None:
+    migration = importlib.import_module("awa_django.migrations.0004_unique_jobs")
+    mask = UniqueOpts().states_mask
+    for n, state in enumerate(["available", "running", "failed", "scheduled", "completed"]):
+        JobFactory(state=state, unique_key=bytes([n]) * 16, unique_states=mask)
+    JobFactory.create_batch(20)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX awa_jobs_unique_key_idx")
+        # What a concurrent build that failed half-way leaves behind.
+        cursor.execute(
+            "UPDATE pg_index SET indisvalid = false "
+            "WHERE indexrelid = 'awa_jobs_unique_idx'::regclass"
+        )
+    with connection.schema_editor(atomic=False) as editor:
+        migration.build_indexes(None, editor)
+    test_the_unique_indexes_are_valid_and_the_function_immutable()
+    # The rebuilt index enforces the key again.
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE awa_jobs_hot SET unique_key = %s WHERE unique_key = %s",
+            [bytes([0]) * 16, bytes([1]) * 16],
+        )

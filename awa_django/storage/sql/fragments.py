@@ -31,6 +31,18 @@ NOTIFY_ONCE = "(SELECT count(pg_notify(ch, '')) FROM unnest(%(channels)s::text[]
 UNIQUE_ARBITER = "(unique_key) WHERE awa_state_in_unique_states(unique_states, state)"
 
 
+def key_free(job: str) -> str:
+    """True unless another job holds the unique key of the row aliased `job`. The batched
+    maintenance moves (promotion, rescues) take only such rows: moving a row into its
+    unique states while a newer job holds its key would fail the whole batch, every pass.
+    A row whose key is held waits where it is until the key is free (decision 012).
+    Rows without a key stop at the first test, so other jobs pay nothing."""
+    return f"""({job}.unique_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM awa_jobs_hot holder
+        WHERE holder.unique_key = {job}.unique_key AND holder.id <> {job}.id
+          AND awa_state_in_unique_states(holder.unique_states, holder.state)))"""
+
+
 def backoff(attempt: str) -> str:
     """Retry delay in seconds after `attempt` (a column or expression): min(2^a + U[0,
     0.25)·2^a, 24 h) on the database clock (DESIGN §5)."""
