@@ -40,6 +40,7 @@ from awa_django.exceptions import (
     SerializationError,
     StaleAttempt,
     TerminalError,
+    UniqueConflict,
     UnknownJobKind,
 )
 from awa_django.execution.context import JobContext
@@ -47,6 +48,7 @@ from awa_django.registry.decorators import job, on_any_event, on_event, on_event
 from awa_django.registry.schedules import periodic
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot, ScheduleSnapshot
+from awa_django.unique import EnqueueManyResult, UniqueOpts
 from awa_django.web.signing import callback_url, sign_callback_request
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "Cancelled",
     "Client",
     "Completed",
+    "EnqueueManyResult",
     "Event",
     "Exhausted",
     "InvalidCallbackOption",
@@ -79,6 +82,8 @@ __all__ = [
     "StaleAttempt",
     "Started",
     "TerminalError",
+    "UniqueConflict",
+    "UniqueOpts",
     "UnknownJobKind",
     "WaitForCallback",
     "WaitingForCallback",

@@ -35,6 +35,14 @@ class InvalidEnqueueOption(AwaError, ValueError):
     in the `@job` declaration that supplies its default."""
 
 
+class UniqueConflict(AwaError):
+    """A live job already holds this unique key (UniqueOpts); nothing was enqueued."""
+
+    def __init__(self, message: str | None = None, *, job_id: int | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id  # the job holding the key, when the database named it
+
+
 class JobNotFound(AwaError):
     """No job with this id exists."""
 

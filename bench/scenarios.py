@@ -39,15 +39,15 @@ Scenario = Callable[[Options], dict[str, Any]]
 
 
 # -- (b) enqueue --------------------------------------------------------------------------
-def enqueue_one(options: Options) -> dict[str, Any]:
+def enqueue_one(options: Options, **extra: Any) -> dict[str, Any]:
     db.reset()
     for i in range(20):  # connection set-up and statement warm-up, not measured
-        awa_django.enqueue(BenchAsync(n=-i))
+        awa_django.enqueue(BenchAsync(n=-i - 1), **extra)
     took: list[float] = []
     began = time.perf_counter()
     for i in range(options.enqueue_jobs):
         t = time.perf_counter()
-        awa_django.enqueue(BenchAsync(n=i))
+        awa_django.enqueue(BenchAsync(n=i), **extra)
         took.append(time.perf_counter() - t)
     elapsed = time.perf_counter() - began
     return {
@@ -58,12 +58,22 @@ def enqueue_one(options: Options) -> dict[str, Any]:
     }
 
 
-def enqueue_many(options: Options) -> dict[str, Any]:
+def enqueue_unique(options: Options) -> dict[str, Any]:
+    """enqueue_one with UniqueOpts (distinct args: every enqueue writes a row)."""
+    return enqueue_one(options, unique=awa_django.UniqueOpts())
+
+
+def enqueue_many_unique(options: Options) -> dict[str, Any]:
+    """enqueue_many with UniqueOpts (distinct args: every row is written)."""
+    return enqueue_many(options, unique=awa_django.UniqueOpts())
+
+
+def enqueue_many(options: Options, **extra: Any) -> dict[str, Any]:
     db.reset()
     jobs = [BenchAsync(n=i) for i in range(options.jobs)]
     began = time.perf_counter()
     with transaction.atomic():
-        ids = awa_django.enqueue_many(jobs)
+        ids = awa_django.enqueue_many(jobs, **extra)
     elapsed = time.perf_counter() - began
     if len(ids) != options.jobs:
         raise RuntimeError(f"enqueue_many returned {len(ids)} ids for {options.jobs} jobs")
@@ -215,7 +225,9 @@ def _enqueue_paced(args_type: type, count: int, interval: float) -> dict[int, fl
 
 SCENARIOS: dict[str, Scenario] = {
     "enqueue_one": enqueue_one,
+    "enqueue_unique": enqueue_unique,
     "enqueue_many": enqueue_many,
+    "enqueue_many_unique": enqueue_many_unique,
     "floor": floor,
     "floor_enqueue": floor_enqueue,
     "drain_async": drain(BenchAsync),
@@ -231,7 +243,13 @@ SCENARIOS: dict[str, Scenario] = {
     "pickup_sync": pickup(PickupSync),
 }
 GROUPS = {
-    "enqueue": ["enqueue_one", "enqueue_many", "floor_enqueue"],
+    "enqueue": [
+        "enqueue_one",
+        "enqueue_unique",
+        "enqueue_many",
+        "enqueue_many_unique",
+        "floor_enqueue",
+    ],
     "drain": ["drain_async", "drain_sync", "drain_async_p2", "drain_sync_p2"],
     "pinned": ["drain_async_pinned", "floor_pinned"],
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],

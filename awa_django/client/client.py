@@ -12,16 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, Literal, Unpack, cast, overload
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models.functions import Now
 
-from awa_django.client import callbacks, schedules
+from awa_django.client import callbacks, schedules, unique
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.rows import (
+    BulkRows,
     EnqueueKwargs,
     EnqueueOptions,
     JobTemplate,
@@ -31,12 +32,14 @@ from awa_django.client.rows import (
 from awa_django.codec import dumps, storable_text
 from awa_django.conf import awa_settings, validate_queue_name
 from awa_django.events import Cancelled
-from awa_django.exceptions import JobNotFound
+from awa_django.exceptions import InvalidEnqueueOption, JobNotFound
 from awa_django.registry import registry
 from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
+from awa_django.storage.sql import unique as unique_sql
+from awa_django.unique import EnqueueManyResult, OnConflict
 
 if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
@@ -77,24 +80,61 @@ class Client:
         template, encoded = plan_one(args, options)
         return self._insert_one(template, encoded, django_task=None)
 
+    @overload
     def enqueue_many(
         self,
         jobs: Iterable[Any],
+        *,
+        on_conflict: Literal["raise"] = "raise",
         **options: Unpack[EnqueueKwargs],
-    ) -> list[int]:
+    ) -> list[int]: ...
+    @overload
+    def enqueue_many(
+        self,
+        jobs: Iterable[Any],
+        *,
+        on_conflict: Literal["skip"],
+        **options: Unpack[EnqueueKwargs],
+    ) -> EnqueueManyResult: ...
+    def enqueue_many(
+        self,
+        jobs: Iterable[Any],
+        *,
+        on_conflict: OnConflict = "raise",
+        **options: Unpack[EnqueueKwargs],
+    ) -> list[int] | EnqueueManyResult:
         """Insert many jobs sharing the given options in one statement and one round trip,
         in the caller's transaction; return their ids in input order.
 
         `kind` applies to every job of the call, exactly as in `enqueue`: it is required
         when the jobs are dicts. Every job is checked before the statement runs, so one bad
         job raises (as `enqueue` would) and nothing is written.
-        """
-        return self._enqueue_many(jobs, EnqueueOptions(**options))
 
-    def _enqueue_many(self, jobs: Iterable[Any], options: EnqueueOptions) -> list[int]:
+        Unique jobs (`unique=`, or the kind's `@job(unique=...)`): by default a held key
+        raises UniqueConflict and no job of the call is written; `on_conflict="skip"`
+        writes the others and returns an EnqueueManyResult naming the skipped positions.
+        """
+        return self._enqueue_many(jobs, EnqueueOptions(**options), on_conflict)
+
+    def _enqueue_many(
+        self, jobs: Iterable[Any], options: EnqueueOptions, on_conflict: OnConflict = "raise"
+    ) -> list[int] | EnqueueManyResult:
+        if on_conflict not in ("raise", "skip"):
+            raise InvalidEnqueueOption(
+                f"on_conflict must be 'raise' or 'skip', got {on_conflict!r:.60}"
+            )
         rows = plan_many(jobs, options)
-        if not rows.kinds:
-            return []
+        if rows.unique_keys is not None:
+            ids = unique.insert_many(self.using, rows, skip=on_conflict == "skip")
+        elif rows.kinds:
+            ids = cast(list[int | None], self._insert_many(rows))
+        else:
+            ids = []
+        if on_conflict == "skip":
+            return EnqueueManyResult(tuple(ids))
+        return cast(list[int], ids)
+
+    def _insert_many(self, rows: BulkRows) -> list[int]:
         query = jobs_sql.job_insert_many(
             kinds=rows.kinds,
             queues=rows.queues,
@@ -129,6 +169,8 @@ class Client:
         return self._insert_one(template, encoded, django_task=marker)
 
     def _insert_one(self, row: JobTemplate, args: str, *, django_task: str | None) -> JobSnapshot:
+        if row.unique is not None:
+            return unique.insert_one(self.using, row, args, django_task)
         query = jobs_sql.job_insert_one(
             kind=row.kind,
             queue=row.queue,
@@ -152,13 +194,31 @@ class Client:
         """`enqueue` for async code."""
         return await sync_to_async(self._enqueue)(args, EnqueueOptions(**options))
 
+    @overload
     async def aenqueue_many(
         self,
         jobs: Iterable[Any],
+        *,
+        on_conflict: Literal["raise"] = "raise",
         **options: Unpack[EnqueueKwargs],
-    ) -> list[int]:
+    ) -> list[int]: ...
+    @overload
+    async def aenqueue_many(
+        self,
+        jobs: Iterable[Any],
+        *,
+        on_conflict: Literal["skip"],
+        **options: Unpack[EnqueueKwargs],
+    ) -> EnqueueManyResult: ...
+    async def aenqueue_many(
+        self,
+        jobs: Iterable[Any],
+        *,
+        on_conflict: OnConflict = "raise",
+        **options: Unpack[EnqueueKwargs],
+    ) -> list[int] | EnqueueManyResult:
         """`enqueue_many` for async code."""
-        return await sync_to_async(self._enqueue_many)(jobs, EnqueueOptions(**options))
+        return await sync_to_async(self._enqueue_many)(jobs, EnqueueOptions(**options), on_conflict)
 
     # -- jobs ---------------------------------------------------------------------------
     def get_job(self, job_id: int) -> JobSnapshot:
@@ -185,6 +245,35 @@ class Client:
             dispatch_on_commit(events, self.using)
         return rows
 
+    def cancel_by_unique_key(
+        self,
+        kind: type | str,
+        *,
+        args: Any = None,
+        queue: str | None = None,
+        period_bucket: int | None = None,
+    ) -> JobSnapshot | None:
+        """Cancel the oldest live (non-terminal) job with the unique key that enqueue gave
+        a job of `kind` (args dataclass or kind string) with these parts, through `cancel`
+        (Cancelled fires; a running attempt hears it). Pass exactly the parts its
+        UniqueOpts covered: `args` for by_args, `queue` for by_queue, and for by_period
+        the bucket, `UniqueOpts(by_period=...).period_bucket(run_at)`. None if no live job
+        has the key.
+
+            client.cancel_by_unique_key(SendReceipt, args=SendReceipt(order_id=7))
+        """
+        key = unique.key_of(kind, args=args, queue=queue, period_bucket=period_bucket)
+        tried: set[int] = set()
+        # A job found may end before the cancel reaches it; then the next one is tried
+        # (an ended job is never found again, so this stops).
+        while True:
+            job_id = unique_sql.job_unique_oldest_live(unique_key=key).run(self.using)
+            if job_id is None or job_id in tried:
+                return None
+            if (row := self.cancel(job_id)) is not None:
+                return row
+            tried.add(job_id)
+
     def retry(self, job_id: int) -> JobSnapshot | None:
         """Make a failed, cancelled or parked job available again (attempts reset);
         None if the job is in another state."""
@@ -203,6 +292,18 @@ class Client:
 
     async def acancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
         return await sync_to_async(self.cancel_many)(job_ids)
+
+    async def acancel_by_unique_key(
+        self,
+        kind: type | str,
+        *,
+        args: Any = None,
+        queue: str | None = None,
+        period_bucket: int | None = None,
+    ) -> JobSnapshot | None:
+        return await sync_to_async(self.cancel_by_unique_key)(
+            kind, args=args, queue=queue, period_bucket=period_bucket
+        )
 
     async def aretry(self, job_id: int) -> JobSnapshot | None:
         return await sync_to_async(self.retry)(job_id)

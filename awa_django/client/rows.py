@@ -11,7 +11,9 @@ import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
+
+from django.utils import timezone
 
 from awa_django.channels import channel_for
 from awa_django.codec import dumps, encode_args_json
@@ -33,6 +35,11 @@ from awa_django.options import (
 )
 from awa_django.registry import JobDefinition, kind_for, registry
 from awa_django.states import JobState
+from awa_django.unique import UniqueOpts, key_for
+
+# `unique=` of one call: the options, False to opt out of the kind's `@job(unique=...)`,
+# None (or left out) for that declaration.
+UniqueOption = UniqueOpts | Literal[False] | None
 
 
 class EnqueueKwargs(TypedDict, total=False):
@@ -42,7 +49,9 @@ class EnqueueKwargs(TypedDict, total=False):
 
     kind: the handler's kind (required for dict args; derived from the dataclass otherwise)
     queue, priority (lower runs first, 1 urgent .. 4 batch), run_at (aware datetime: the
-    job is scheduled until then), max_attempts, tags (at most 20 strings), metadata (dict).
+    job is scheduled until then), max_attempts, tags (at most 20 strings), metadata (dict),
+    unique (UniqueOpts: refuse a duplicate of a live job, raising UniqueConflict; False:
+    not unique even if the kind's `@job(unique=...)` says so).
     """
 
     kind: str | None
@@ -52,6 +61,7 @@ class EnqueueKwargs(TypedDict, total=False):
     max_attempts: int | None
     tags: Sequence[str]
     metadata: dict[str, Any] | None
+    unique: UniqueOption
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +76,7 @@ class EnqueueOptions:
     max_attempts: int | None = None
     tags: Sequence[str] = ()
     metadata: dict[str, Any] | None = None
+    unique: UniqueOption = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +93,17 @@ class JobTemplate:
     metadata: str  # JSON text
     tags: list[str]
     tags_json: str  # job_insert_many takes each row's tags as JSON: no ragged text[][]
+    unique: UniqueOpts | None = None
+
+    def unique_key(self, args_json: str, now: dt.datetime | None = None) -> bytes | None:
+        """The row's unique key (None for a job that is not unique); `now` buckets a job
+        without run_at under by_period (default: this instant)."""
+        if self.unique is None:
+            return None
+        run_at = self.run_at or now
+        return key_for(
+            self.unique, kind=self.kind, queue=self.queue, args_json=args_json, run_at=run_at
+        )
 
     @property
     def what(self) -> str:
@@ -108,13 +130,17 @@ class BulkRows:
     metadata: list[str]
     tags: list[str]  # JSON arrays
     channels: list[str]
+    # Set only when some row is unique (then job_insert_many_unique writes them).
+    unique_keys: list[bytes | None] | None = None
+    unique_states: list[str | None] | None = None
 
 
 def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
     """Check every option of a job of `args` (not the args themselves)."""
     kind = _kind(args, options.kind)
     # Looked up only after check_kind: a registry resolver may import a module by kind.
-    queue, priority, max_attempts = _declared(registry.job(kind))
+    definition = registry.job(kind)
+    queue, priority, max_attempts = _declared(definition)
     run_at = check_run_at(options.run_at)
     check_metadata(options.metadata)
     tags = check_tags(options.tags)
@@ -130,6 +156,7 @@ def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
         metadata=dumps(options.metadata or {}, what="metadata", limit=_limit()),
         tags=tags,
         tags_json=dumps(tags, what="tags"),
+        unique=_unique(options.unique, definition),
     )
 
 
@@ -151,7 +178,19 @@ def plan_many(jobs: Iterable[Any], options: EnqueueOptions) -> BulkRows:
             template = templates[type(args)] = plan_template(args, options)
         rows.append((template, encode_args_json(args, what=template.what, limit=limit)))
     channels = sorted({c for t in templates.values() for c in t.channels})
-    return _columns(rows, channels)
+    bulk = _columns(rows, channels)
+    if any(t.unique is not None for t in templates.values()):
+        return _with_keys(bulk, rows)
+    return bulk  # not a single key to compute: the plain bulk insert's rows, at its speed
+
+
+def _with_keys(bulk: BulkRows, rows: list[tuple[JobTemplate, str]]) -> BulkRows:
+    now = timezone.now()  # one instant buckets every row without run_at
+    return dataclasses.replace(
+        bulk,
+        unique_keys=[t.unique_key(a, now) for t, a in rows],
+        unique_states=[t.unique.states_mask if t.unique else None for t, _ in rows],
+    )
 
 
 def _columns(rows: list[tuple[JobTemplate, str]], channels: list[str]) -> BulkRows:
@@ -185,6 +224,20 @@ def _declared(definition: JobDefinition | None) -> tuple[str, int, int]:
     if definition is None:
         return DEFAULT_QUEUE, DEFAULT_PRIORITY, DEFAULT_MAX_ATTEMPTS
     return definition.queue, definition.priority, definition.max_attempts
+
+
+def _unique(chosen: object, definition: JobDefinition | None) -> UniqueOpts | None:
+    """This call's UniqueOpts, else the `@job` declaration's; False opts out of both."""
+    if chosen is None:
+        return definition.unique if definition is not None else None
+    if chosen is False:
+        return None
+    if isinstance(chosen, UniqueOpts):
+        return chosen
+    raise InvalidEnqueueOption(
+        f"unique must be a UniqueOpts, False (not unique) or None (the @job default), "
+        f"got {chosen!r:.100}"
+    )
 
 
 def _each(jobs: Iterable[Any]) -> Iterator[Any]:

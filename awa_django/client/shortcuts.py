@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack, overload
+
+from asgiref.sync import sync_to_async
 
 from awa_django.client.client import Client
-from awa_django.client.rows import EnqueueKwargs
+from awa_django.client.rows import EnqueueKwargs, EnqueueOptions
 from awa_django.snapshot import JobSnapshot
+from awa_django.unique import EnqueueManyResult, OnConflict
 
 
 def enqueue(
@@ -25,15 +28,33 @@ def enqueue(
     return Client(using).enqueue(args, **options)
 
 
+@overload
 def enqueue_many(
     jobs: Iterable[Any],
     *,
     using: str | None = None,
+    on_conflict: Literal["raise"] = "raise",
     **options: Unpack[EnqueueKwargs],
-) -> list[int]:
+) -> list[int]: ...
+@overload
+def enqueue_many(
+    jobs: Iterable[Any],
+    *,
+    using: str | None = None,
+    on_conflict: Literal["skip"],
+    **options: Unpack[EnqueueKwargs],
+) -> EnqueueManyResult: ...
+def enqueue_many(
+    jobs: Iterable[Any],
+    *,
+    using: str | None = None,
+    on_conflict: OnConflict = "raise",
+    **options: Unpack[EnqueueKwargs],
+) -> list[int] | EnqueueManyResult:
     """Enqueue many jobs in one statement; their ids in input order. `kind` applies to
-    every job (required for dicts). See `Client.enqueue_many`."""
-    return Client(using).enqueue_many(jobs, **options)
+    every job (required for dicts). `on_conflict="skip"` skips unique jobs whose key is
+    held and returns an EnqueueManyResult. See `Client.enqueue_many`."""
+    return Client(using)._enqueue_many(jobs, EnqueueOptions(**options), on_conflict)
 
 
 async def aenqueue(
@@ -46,11 +67,29 @@ async def aenqueue(
     return await Client(using).aenqueue(args, **options)
 
 
+@overload
 async def aenqueue_many(
     jobs: Iterable[Any],
     *,
     using: str | None = None,
+    on_conflict: Literal["raise"] = "raise",
     **options: Unpack[EnqueueKwargs],
-) -> list[int]:
+) -> list[int]: ...
+@overload
+async def aenqueue_many(
+    jobs: Iterable[Any],
+    *,
+    using: str | None = None,
+    on_conflict: Literal["skip"],
+    **options: Unpack[EnqueueKwargs],
+) -> EnqueueManyResult: ...
+async def aenqueue_many(
+    jobs: Iterable[Any],
+    *,
+    using: str | None = None,
+    on_conflict: OnConflict = "raise",
+    **options: Unpack[EnqueueKwargs],
+) -> list[int] | EnqueueManyResult:
     """`enqueue_many` for async code."""
-    return await Client(using).aenqueue_many(jobs, **options)
+    client = Client(using)
+    return await sync_to_async(client._enqueue_many)(jobs, EnqueueOptions(**options), on_conflict)

@@ -22,6 +22,7 @@ from awa_django.exceptions import InvalidSchedule
 
 if TYPE_CHECKING:
     from awa_django.registry.schedules import ScheduleDefinition
+from awa_django.unique import UniqueOpts
 
 logger = logging.getLogger("awa_django.hooks")
 
@@ -44,6 +45,7 @@ class JobDefinition:
     queue: str
     max_attempts: int
     priority: int
+    unique: UniqueOpts | None = None  # the default of every enqueue of this kind
 
     @property
     def is_async(self) -> bool:

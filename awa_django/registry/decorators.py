@@ -17,6 +17,7 @@ from awa_django.conf import (
     validate_queue_name,
 )
 from awa_django.events import Event
+from awa_django.exceptions import InvalidEnqueueOption
 from awa_django.options import check_kind, check_max_attempts, check_priority
 from awa_django.registry import (
     HookRegistration,
@@ -26,6 +27,7 @@ from awa_django.registry import (
     registry,
     validate_args_type,
 )
+from awa_django.unique import UniqueOpts
 
 if TYPE_CHECKING:
     from awa_django.execution.context import JobContext
@@ -42,6 +44,7 @@ def job(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     priority: int = DEFAULT_PRIORITY,
     kind: str | None = None,
+    unique: UniqueOpts | None = None,
 ) -> Callable[[Callable[[JobContext[A]], R]], Callable[[JobContext[A]], R]]:
     """Register the decorated function as the handler of `args_type`'s kind.
 
@@ -50,18 +53,24 @@ def job(
 
     `queue`, `max_attempts` and `priority` are the defaults of every enqueue of this kind;
     they are checked here with the ranges enqueue applies (InvalidEnqueueOption,
-    InvalidQueueName), so a bad one fails at import, not at every enqueue.
+    InvalidQueueName), so a bad one fails at import, not at every enqueue. `unique`
+    (a UniqueOpts) makes every enqueue of this kind unique unless the call passes its own
+    `unique=` (or `unique=False` to opt out).
     """
     validate_args_type(args_type)
     validate_queue_name(queue)
     check_max_attempts(max_attempts)
     check_priority(priority)
+    if unique is not None and not isinstance(unique, UniqueOpts):
+        raise InvalidEnqueueOption(f"@job(unique=...) takes a UniqueOpts, got {unique!r:.100}")
     job_kind = check_kind(kind) if kind is not None else check_kind(kind_for(args_type))
     if kind:
         args_type.__awa_kind__ = kind  # type: ignore[attr-defined]
 
     def register(handler: Callable[[JobContext[A]], R]) -> Callable[[JobContext[A]], R]:
-        registry.add_job(JobDefinition(job_kind, args_type, handler, queue, max_attempts, priority))
+        registry.add_job(
+            JobDefinition(job_kind, args_type, handler, queue, max_attempts, priority, unique)
+        )
         return handler
 
     return register

@@ -1,6 +1,6 @@
 """Django's connection as the client side of the statement layer: a cursor that joins the
 caller's transaction, and the one place where database errors a caller can act on are
-translated (`DatabaseUnavailable`)."""
+translated (`DatabaseUnavailable`, `UniqueConflict`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 import psycopg
 from django.db import DatabaseError, connections
 
-from awa_django.exceptions import DatabaseUnavailable
+from awa_django.exceptions import DatabaseUnavailable, UniqueConflict
+
+UNIQUE_INDEX = "awa_jobs_unique_idx"  # the partial unique index of unique jobs (0004)
 
 
 @contextmanager
@@ -38,7 +40,20 @@ def django_cursor(using: str) -> Iterator[Any]:
     except DatabaseError as exc:
         if _unreachable(getattr(exc, "__cause__", None)):
             raise DatabaseUnavailable(f"database {using!r} is unavailable: {exc}") from exc
+        if _unique_violation(getattr(exc, "__cause__", None)):
+            # A job moved back into its unique states (retry of a failed job) while a newer
+            # job holds its key. Inserts never get here: they skip a held key.
+            raise UniqueConflict(
+                f"a live job already holds this job's unique key: {exc}".strip()
+            ) from exc
         raise
+
+
+def _unique_violation(error: object) -> bool:
+    return (
+        isinstance(error, psycopg.errors.UniqueViolation)
+        and error.diag.constraint_name == UNIQUE_INDEX
+    )
 
 
 def _unreachable(error: object) -> bool:

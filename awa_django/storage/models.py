@@ -21,6 +21,21 @@ from awa_django.states import JobState
 TERMINAL = ("completed", "failed", "cancelled")
 
 
+class StateInUniqueStates(models.Func):
+    """`awa_state_in_unique_states(unique_states, state)`: whether a job in `state` holds
+    its unique key under its `unique_states` mask (Awa's bit(8) text, bit 0 = scheduled).
+    An IMMUTABLE SQL function created by migration 0004, so an index predicate can use it;
+    NULL (no key) for a job enqueued without UniqueOpts."""
+
+    function = "awa_state_in_unique_states"
+    output_field = models.BooleanField()
+
+
+# The unique index's predicate, spelled once: the model's constraint and the ON CONFLICT
+# inference clause of the unique inserts (storage/sql/jobs.py) must name the same one.
+UNIQUE_HOLDS_KEY = models.Q(StateInUniqueStates("unique_states", "state"))
+
+
 class Job(models.Model):
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(max_length=200)
@@ -87,6 +102,13 @@ class Job(models.Model):
                 name="awa_jobs_finalized_idx",
                 condition=models.Q(state__in=TERMINAL),
             ),
+            # cancel_by_unique_key's lookup (the oldest live job with a key, holding it or
+            # not); only rows enqueued with UniqueOpts have an entry.
+            models.Index(
+                fields=["unique_key"],
+                name="awa_jobs_unique_key_idx",
+                condition=models.Q(unique_key__isnull=False),
+            ),
             models.Index(fields=["kind", "state"], name="awa_jobs_kind_state_idx"),
             models.Index(fields=["queue", "state"], name="awa_jobs_queue_state_idx"),
             models.Index(fields=["state", "-id"], name="awa_jobs_state_id_idx"),
@@ -97,6 +119,12 @@ class Job(models.Model):
                 fields=["callback_id"],
                 name="awa_jobs_callback_uniq",
                 condition=models.Q(callback_id__isnull=False),
+            ),
+            # Unique jobs (docs/decisions/012-unique-jobs.md): at most one row per key among
+            # the rows whose state is in their own unique_states. A row leaves the index in
+            # the statement that moves it out of its states, which frees the key.
+            models.UniqueConstraint(
+                fields=["unique_key"], name="awa_jobs_unique_idx", condition=UNIQUE_HOLDS_KEY
             ),
             models.CheckConstraint(
                 condition=models.Q(priority__gte=MIN_PRIORITY, priority__lte=MAX_PRIORITY),

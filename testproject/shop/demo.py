@@ -111,6 +111,15 @@ def enqueue_plan() -> list[tuple[JobSnapshot, Expected]]:
         return [(awa_django.enqueue(args, tags=["demo"]), want) for args, want in PLAN]
 
 
+def enqueue_duplicate_receipt() -> str:
+    """Enqueue the plan's receipt again: SendReceipt is unique, so it is refused."""
+    try:
+        row = awa_django.enqueue(PLAN[0][0], tags=["demo"])
+    except awa_django.UniqueConflict as conflict:
+        return f"duplicate {PLAN[0][0]} refused: job {conflict.job_id} holds its unique key"
+    return f"duplicate {PLAN[0][0]} was NOT refused (job #{row.id})"
+
+
 def complete_shipping_callback(row: JobSnapshot) -> tuple[str, int, str]:
     """Play the carrier: POST a signed completion for the parked job's callback.
     Returns the path, the HTTP status and the response body."""

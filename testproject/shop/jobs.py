@@ -1,5 +1,6 @@
-"""Example jobs of the demo shop: one succeeds, one retries then succeeds, one fails for
-good, and one parks until an outside system (the carrier) calls back."""
+"""Example jobs of the demo shop: one succeeds (and is unique: a duplicate is refused), one
+retries then succeeds, one fails for good, and one parks until an outside system (the
+carrier) calls back."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ class RequestShippingLabel:
     carrier: str = "parcelco"
 
 
-@awa_django.job(SendReceipt, queue="email", max_attempts=5)
+# One receipt per order and address: a second enqueue while one is queued, running or
+# sent raises UniqueConflict (the demo shows it).
+@awa_django.job(SendReceipt, queue="email", max_attempts=5, unique=awa_django.UniqueOpts())
 def send_receipt(job: JobContext[SendReceipt]) -> None:
     job.set_progress(100, f"receipt for order {job.args.order_id} sent to {job.args.email}")
 

@@ -128,6 +128,7 @@ def test_demo_command_runs_every_example_job_through_a_worker():
     for kind in ("send_receipt", "sync_inventory", "charge_card", "request_shipping_label"):
         assert kind in text
     assert "Retried            sync_inventory" in text  # seen in the worker's hooks
+    assert "duplicate SendReceipt(order_id=1001" in text and "refused: job" in text
     assert "ops alert: charging order 1002 failed for good" in text
     states = dict(Job.objects.filter(tags__contains=["demo"]).values_list("kind", "state"))
     assert states == {

@@ -37,6 +37,7 @@ from awa_django.storage.sql import cron as cron_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql import unique as unique_sql
 from awa_django.storage.sql import workers as workers_sql
 from awa_django.storage.sql.fragments import ERRORS_KEPT
 from tests.factories import JobFactory as BaseJobFactory
@@ -185,6 +186,90 @@ def test_job_insert_many_keeps_input_order_and_per_row_values() -> None:
     ]
     assert [g["tags"] for g in got] == [[], ["a", "b"], ["c"]]
     assert got[1]["run_at"] == when and got[1]["metadata"] == {"x": 1}
+
+
+# -- unique jobs: job_insert_one_unique, job_insert_many_unique and the key lookups --------
+KEY = bytes(range(16))
+OTHER_KEY = bytes(range(1, 17))
+DEFAULT_MASK = "11111000"  # scheduled, available, running, completed, retryable
+
+
+def insert_unique(key: bytes = KEY, mask: str = DEFAULT_MASK, **fields: Any) -> JobSnapshot | None:
+    params: dict[str, Any] = {
+        "kind": "core_sql",
+        "queue": Q,
+        "args": "{}",
+        "state": "available",
+        "priority": 2,
+        "max_attempts": 25,
+        "run_at": None,
+        "metadata": "{}",
+        "tags": [],
+        "django_task": None,
+        "channels": [],
+        "unique_key": key,
+        "unique_states": mask,
+    }
+    return run(jobs_sql.job_insert_one_unique, **(params | fields))
+
+
+def test_job_insert_one_unique_writes_the_key_and_skips_a_held_one() -> None:
+    first = insert_unique()
+    assert first is not None
+    assert snapshot(first.id)["unique_key"] == KEY
+    assert snapshot(first.id)["unique_states"] == DEFAULT_MASK
+    assert insert_unique() is None  # held: nothing written, no error
+    assert Job.objects.filter(unique_key=KEY).count() == 1
+    assert insert_unique(OTHER_KEY) is not None
+
+
+def test_job_insert_one_unique_ignores_rows_whose_state_is_not_in_their_mask() -> None:
+    # waiting_external (bit 7) is not in the default mask: such a row holds nothing.
+    JobFactory(state="waiting_external", unique_key=KEY, unique_states=DEFAULT_MASK)
+    assert insert_unique() is not None
+    # A new row whose own mask leaves out its state neither holds nor conflicts.
+    assert insert_unique(mask="00000001") is not None
+    assert insert_unique() is None
+
+
+def test_job_insert_many_unique_reports_skipped_positions_in_input_order() -> None:
+    held = insert_unique()
+    assert held is not None
+    ids = run(
+        unique_sql.job_insert_many_unique,
+        kinds=["k_a", "k_b", "k_c", "k_d"],
+        queues=[Q] * 4,
+        args=['{"n": 0}', '{"n": 1}', '{"n": 2}', '{"n": 3}'],
+        states=["available"] * 4,
+        priorities=[2] * 4,
+        max_attempts=[25] * 4,
+        run_ats=[None] * 4,
+        metadata=["{}"] * 4,
+        tags=["[]", '["x"]', "[]", "[]"],
+        channels=[],
+        unique_keys=[None, KEY, OTHER_KEY, OTHER_KEY],  # held; new; a duplicate of the call
+        unique_states=[None, DEFAULT_MASK, DEFAULT_MASK, DEFAULT_MASK],
+    )
+    assert ids[1] is None and ids[3] is None
+    assert ids[0] is not None and ids[2] is not None and ids[0] < ids[2]
+    assert snapshot(ids[0])["args"] == {"n": 0} and snapshot(ids[0])["unique_key"] is None
+    assert snapshot(ids[2])["args"] == {"n": 2} and snapshot(ids[2])["unique_key"] == OTHER_KEY
+
+
+def test_job_unique_holder_finds_the_holder_only() -> None:
+    JobFactory(state="cancelled", unique_key=KEY, unique_states=DEFAULT_MASK)
+    assert run(unique_sql.job_unique_holder, unique_key=KEY) is None
+    holder = insert_unique()
+    assert holder is not None
+    assert run(unique_sql.job_unique_holder, unique_key=KEY) == holder.id
+
+
+def test_job_unique_oldest_live_skips_terminal_jobs_and_takes_the_lowest_id() -> None:
+    JobFactory(state="failed", unique_key=KEY, unique_states=DEFAULT_MASK)
+    parked = JobFactory(state="waiting_external", unique_key=KEY, unique_states=DEFAULT_MASK)
+    JobFactory(state="available", unique_key=KEY, unique_states=DEFAULT_MASK)
+    assert run(unique_sql.job_unique_oldest_live, unique_key=KEY) == parked.id
+    assert run(unique_sql.job_unique_oldest_live, unique_key=OTHER_KEY) is None
 
 
 # -- job_claim_many -----------------------------------------------------------------------
@@ -880,7 +965,15 @@ def test_cron_schedule_trigger_inserts_a_job_and_leaves_last_fire_at() -> None:
 
 # -- coverage of the statement modules ----------------------------------------------------
 def test_every_named_statement_has_a_test_named_after_it() -> None:
-    modules = (jobs_sql, leases_sql, maintenance_sql, admin_sql, workers_sql, cron_sql)
+    modules = (
+        jobs_sql,
+        leases_sql,
+        maintenance_sql,
+        admin_sql,
+        workers_sql,
+        cron_sql,
+        unique_sql,
+    )
     statements = [
         (module, value)
         for module in modules
@@ -1000,4 +1093,18 @@ def test_job_prune_terminal_plan_uses_the_finalized_index_range() -> None:
     assert "awa_jobs_finalized_idx" in plan, plan
     # The retention bound must be an index condition, not a filter over every terminal row.
     assert "Index Cond: (finalized_at <" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_unique_holder_plan_uses_the_unique_index() -> None:
+    plan = explain(unique_sql.job_unique_holder, unique_key=KEY)
+    assert "awa_jobs_unique_idx" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_unique_oldest_live_plan_uses_the_unique_key_index() -> None:
+    plan = explain(unique_sql.job_unique_oldest_live, unique_key=KEY)
+    assert "awa_jobs_unique_key_idx" in plan, plan
     assert "Seq Scan on awa_jobs_hot" not in plan, plan

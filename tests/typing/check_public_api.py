@@ -89,15 +89,27 @@ def enqueue_usages(when: dt.datetime) -> None:
     awa_django.enqueue(SendReceipt(order_id=1), prority=1)  # E: call-arg
     awa_django.enqueue(SendReceipt(order_id=1), priority="1")  # E: arg-type
     awa_django.enqueue(SendReceipt(order_id=1), run_at="tomorrow")  # E: arg-type
-    awa_django.enqueue_many([SendReceipt(order_id=1)], metadata=["x"])  # E: arg-type
+    # enqueue_many is overloaded on on_conflict: a bad option matches no overload.
+    awa_django.enqueue_many([SendReceipt(order_id=1)], metadata=["x"])  # E: call-overload
     print(awa_django.enqueue(SendReceipt(order_id=1)).nope)  # E: attr-defined
+    # Unique jobs: UniqueOpts, False (opt out of the @job default) or None.
+    awa_django.enqueue(SendReceipt(order_id=1), unique=awa_django.UniqueOpts(by_period=60))
+    awa_django.enqueue(SendReceipt(order_id=1), unique=False)
+    awa_django.enqueue(SendReceipt(order_id=1), unique=True)  # E: arg-type
+    skipped: awa_django.EnqueueManyResult = awa_django.enqueue_many(
+        [SendReceipt(order_id=1)], unique=awa_django.UniqueOpts(), on_conflict="skip"
+    )
+    raised: list[int] = awa_django.enqueue_many([SendReceipt(order_id=1)], on_conflict="raise")
+    many = [SendReceipt(order_id=1)]
+    wrong: list[int] = awa_django.enqueue_many(many, on_conflict="skip")  # E: assignment
+    print(skipped.skipped, raised, wrong)
 
 
 async def aenqueue_usages() -> None:
     row: JobSnapshot = await awa_django.aenqueue(SendReceipt(order_id=1), queue="email")
     ids: list[int] = await awa_django.aenqueue_many([SendReceipt(order_id=2)], tags=["a"])
     print(row, ids)
-    await awa_django.aenqueue_many([SendReceipt(order_id=1)], max_attempts="3")  # E: arg-type
+    await awa_django.aenqueue_many([SendReceipt(order_id=1)], max_attempts="3")  # E: call-overload
 
 
 # -- the Client ---------------------------------------------------------------------------------
@@ -107,4 +119,6 @@ def client_usages(client: Client) -> None:
     stats = client.queue_stats(window_minutes=15)
     print(stats[0].throughput_per_minute, client.live_workers()[0].hostname)
     client.cancel("7")  # E: arg-type
+    client.cancel_by_unique_key(SendReceipt, args=SendReceipt(order_id=1), period_bucket=3)
+    client.cancel_by_unique_key("send_receipt", queue="email")
     client.pause_queue("email", "ops")  # E: call-arg

@@ -19,6 +19,29 @@ J_JOB_COLUMNS = ", ".join(
     f"j.{name}::text AS {name}" if name in JSON_COLUMNS else f"j.{name}" for name in COLUMNS
 )
 
+# Wake-up hints ride on the statement that makes jobs available, so enqueue stays one round
+# trip: the uncorrelated sub-select runs once per statement (an InitPlan), never per row.
+# Params: channels text[] (empty for jobs that are not available yet). NOTIFY is delivered
+# only when the enclosing transaction commits, so listeners never see an uncommitted job.
+NOTIFY_ONCE = "(SELECT count(pg_notify(ch, '')) FROM unnest(%(channels)s::text[]) ch) >= 0"
+
+# The partial unique index of unique jobs, named for ON CONFLICT by its column and its
+# predicate (PostgreSQL infers the arbiter index from both; models.UNIQUE_HOLDS_KEY is the
+# same predicate on the model's Meta). Migration 0004 creates the function.
+UNIQUE_ARBITER = "(unique_key) WHERE awa_state_in_unique_states(unique_states, state)"
+
+
+def key_free(job: str) -> str:
+    """True unless another job holds the unique key of the row aliased `job`. The batched
+    maintenance moves (promotion, rescues) take only such rows: moving a row into its
+    unique states while a newer job holds its key would fail the whole batch, every pass.
+    A row whose key is held waits where it is until the key is free (decision 012).
+    Rows without a key stop at the first test, so other jobs pay nothing."""
+    return f"""({job}.unique_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM awa_jobs_hot holder
+        WHERE holder.unique_key = {job}.unique_key AND holder.id <> {job}.id
+          AND awa_state_in_unique_states(holder.unique_states, holder.state)))"""
+
 
 def backoff(attempt: str) -> str:
     """Retry delay in seconds after `attempt` (a column or expression): min(2^a + U[0,

@@ -15,35 +15,46 @@ from awa_django.storage.sql import Statement
 from awa_django.storage.sql.fragments import (
     J_JOB_COLUMNS,
     JOB_COLUMNS,
+    NOTIFY_ONCE,
+    UNIQUE_ARBITER,
     append_error,
     backoff,
     error_entry,
 )
 
-# Wake-up hints ride on the statement that makes jobs available, so enqueue stays one round
-# trip: the uncorrelated sub-select runs once per statement (an InitPlan), never per row.
-# Params: channels text[] (empty for jobs that are not available yet). NOTIFY is delivered
-# only when the enclosing transaction commits, so listeners never see an uncommitted job.
-_NOTIFY_ONCE = "(SELECT count(pg_notify(ch, '')) FROM unnest(%(channels)s::text[]) ch) >= 0"
+
+def _insert_one_sql(*, unique: bool) -> str:
+    """job_insert_one and its unique twin differ only in the key columns and ON CONFLICT,
+    so non-unique enqueues keep a statement that never mentions the key."""
+    columns = ", unique_key, unique_states" if unique else ""
+    values = ", %(unique_key)s::bytea, %(unique_states)s::varchar" if unique else ""
+    conflict = f"ON CONFLICT {UNIQUE_ARBITER} DO NOTHING" if unique else ""
+    return f"""
+WITH inserted AS (
+    INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts,
+                              run_at, created_at, run_lease, errors, metadata, tags,
+                              attempted_by, django_task{columns})
+    VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s::text, %(priority)s, 0,
+            %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()), now(), 0, '[]',
+            %(metadata)s::jsonb, %(tags)s::text[], '{{}}', %(django_task)s::jsonb{values})
+    {conflict}
+    RETURNING {JOB_COLUMNS}
+)
+SELECT {JOB_COLUMNS} FROM inserted WHERE {NOTIFY_ONCE}
+"""
+
 
 # Params: kind, queue, args (json text), state ('available'|'scheduled'), priority,
 # max_attempts, run_at (NULL = now()), metadata (json text), tags text[], django_task (json
 # text or NULL), channels text[]. Index: none read; inserts maintain the partial indexes.
-JOB_INSERT_ONE = Statement(
-    "job_insert_one",
-    f"""
-WITH inserted AS (
-    INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts,
-                              run_at, created_at, run_lease, errors, metadata, tags,
-                              attempted_by, django_task)
-    VALUES (%(kind)s, %(queue)s, %(args)s::jsonb, %(state)s::text, %(priority)s, 0,
-            %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()), now(), 0, '[]',
-            %(metadata)s::jsonb, %(tags)s::text[], '{{}}', %(django_task)s::jsonb)
-    RETURNING {JOB_COLUMNS}
-)
-SELECT {JOB_COLUMNS} FROM inserted WHERE {_NOTIFY_ONCE}
-""",
-)
+JOB_INSERT_ONE = Statement("job_insert_one", _insert_one_sql(unique=False))
+
+# job_insert_one's params plus unique_key (16 bytes) and unique_states (bit(8) text).
+# Index: awa_jobs_unique_idx, the arbiter. A live holder of the key makes it insert
+# nothing and return no row, with no error, so the caller's transaction needs no
+# savepoint; a holder not yet committed is waited for (then: nothing if it committed,
+# the insert if it rolled back). No row: the Client asks job_unique_holder who holds it.
+JOB_INSERT_ONE_UNIQUE = Statement("job_insert_one_unique", _insert_one_sql(unique=True))
 
 
 def job_insert_one(
@@ -76,6 +87,41 @@ def job_insert_one(
     return Query(JOB_INSERT_ONE, params, _only_job)
 
 
+def job_insert_one_unique(
+    *,
+    kind: str,
+    queue: str,
+    args: str,
+    state: str,
+    priority: int,
+    max_attempts: int,
+    run_at: dt.datetime | None,
+    metadata: str,
+    tags: Sequence[str],
+    django_task: str | None,
+    channels: Sequence[str],
+    unique_key: bytes,
+    unique_states: str,
+) -> Query[JobSnapshot | None]:
+    """The new row, or None when a live job holds `unique_key` (nothing was written)."""
+    params = {
+        "kind": kind,
+        "queue": queue,
+        "args": args,
+        "state": state,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "run_at": run_at,
+        "metadata": metadata,
+        "tags": list(tags),
+        "django_task": django_task,
+        "channels": list(channels),
+        "unique_key": unique_key,
+        "unique_states": unique_states,
+    }
+    return Query(JOB_INSERT_ONE_UNIQUE, params, query.first_job)
+
+
 def _only_job(rows: query.Rows, count: int) -> JobSnapshot:
     return JobSnapshot.from_row(rows[0])
 
@@ -104,7 +150,7 @@ WITH inserted AS (
     ORDER BY r.ord
     RETURNING id
 )
-SELECT id FROM inserted WHERE {_NOTIFY_ONCE} ORDER BY id
+SELECT id FROM inserted WHERE {NOTIFY_ONCE} ORDER BY id
 """,
 )
 

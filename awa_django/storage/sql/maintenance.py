@@ -12,19 +12,21 @@ from awa_django.storage.sql.fragments import (
     append_error,
     backoff,
     error_entry,
+    key_free,
     notify_cancel,
 )
 
 # Params: limit. Index: awa_jobs_promote_idx (run_at) WHERE state IN (scheduled, retryable).
 # Trap: the states are literals, not parameters, so the partial index always matches
 # (a parameterised state made Awa's promotion ~100x slower). Returns the distinct queues
-# with counts, and wakes each queue's dispatchers once.
+# with counts, and wakes each queue's dispatchers once. A due job whose unique key another
+# job holds is left scheduled until the key is free (fragments.key_free).
 JOB_PROMOTE_DUE = Statement(
     "job_promote_due",
     f"""
 WITH due AS (
-    SELECT id FROM awa_jobs_hot
-    WHERE state IN ('scheduled', 'retryable') AND run_at <= now()
+    SELECT id FROM awa_jobs_hot j
+    WHERE state IN ('scheduled', 'retryable') AND run_at <= now() AND {key_free("j")}
     ORDER BY run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -71,12 +73,13 @@ _RESCUE_SET = f"""
 # writer (completer, outcomes, cancel, callback resolution) uses, so rescue cannot
 # deadlock with them. Guard: the job must still be running under that very lease.
 # The cancel hint lets the attempt's own worker, if alive, set its is_cancelled() flag.
+# A job whose unique key another job holds is left for a later pass (fragments.key_free).
 _RESCUE = f"""
 WITH stale AS (
     SELECT j.id, j.run_lease
     FROM awa_active_leases l
     JOIN awa_jobs_hot j ON j.id = l.job_id AND j.run_lease = l.run_lease
-    WHERE {{condition}} AND j.state = 'running'
+    WHERE {{condition}} AND j.state = 'running' AND {key_free("j")}
     ORDER BY l.job_id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
@@ -119,12 +122,14 @@ def job_rescue_deadline(*, limit: int, message: str) -> Query[list[JobSnapshot]]
 
 # Params: limit, message. Index: awa_jobs_cb_timeout_idx (callback_timeout_at) WHERE
 # state='waiting_external'. Exhausted jobs fail in place, others retry with backoff (T16).
+# A parked job whose unique key a newer job holds stays parked until the key is free
+# (fragments.key_free): with the default states, waiting_external holds no key.
 JOB_RESCUE_EXPIRED_CALLBACK = Statement(
     "job_rescue_expired_callback",
     f"""
 WITH expired AS (
-    SELECT id FROM awa_jobs_hot
-    WHERE state = 'waiting_external' AND callback_timeout_at < now()
+    SELECT id FROM awa_jobs_hot j
+    WHERE state = 'waiting_external' AND callback_timeout_at < now() AND {key_free("j")}
     ORDER BY callback_timeout_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

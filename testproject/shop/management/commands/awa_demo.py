@@ -39,6 +39,7 @@ class Command(BaseCommand):
         try:
             run = demo.Run(demo.enqueue_plan())
             self.say("enqueued " + ", ".join(f"{r.kind} #{r.id}" for r, _ in run.jobs))
+            self.say(demo.enqueue_duplicate_receipt())
             finished = demo.wait_until_done(run, worker, options["timeout"], self.say)
         finally:
             code = worker.stop()
