@@ -7,6 +7,7 @@ same one through DATABASE_URL, so it also works inside a test run's test databas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,9 +27,10 @@ from django.db import connection, transaction
 
 import awa_django
 from awa_django import JobSnapshot
+from awa_django.models import Job
 
 from . import hooks
-from .jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
+from .jobs import DEMO_SCHEDULE, ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ class WorkerProcess:
     """`manage.py awa_worker` as a subprocess whose output is collected line by line."""
 
     def __init__(self, flags: Sequence[str]) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # AWA_DEMO_SCHEDULES: this worker declares the demo's cron schedule (shop/jobs.py).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "AWA_DEMO_SCHEDULES": "1"}
         env["DATABASE_URL"] = database_url(connection.settings_dict)
         manage = Path(settings.BASE_DIR) / "manage.py"
         self.command = [sys.executable, str(manage), "awa_worker", *flags]
@@ -118,6 +121,25 @@ def enqueue_duplicate_receipt() -> str:
     except awa_django.UniqueConflict as conflict:
         return f"duplicate {PLAN[0][0]} refused: job {conflict.job_id} holds its unique key"
     return f"duplicate {PLAN[0][0]} was NOT refused (job #{row.id})"
+
+
+def wait_for_schedule_fire(timeout: float) -> str:
+    """Wait for the demo schedule's first fire to complete; the line to print."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fired = Job.objects.filter(metadata__cron_name=DEMO_SCHEDULE, state="completed")
+        if job := fired.order_by("id").first():
+            when = job.metadata.get("cron_fire_time")
+            return f"schedule {DEMO_SCHEDULE} (every 2 s) fired at {when}: job #{job.id}"
+        time.sleep(0.1)
+    return f"schedule {DEMO_SCHEDULE} did NOT fire within {timeout:.0f} s"
+
+
+def remove_demo_schedule() -> None:
+    """The demo's schedule row outlives its worker: remove it, or every later worker's
+    leader would keep firing it (a sync never deletes; decision 013)."""
+    with contextlib.suppress(awa_django.ScheduleNotFound):
+        awa_django.Client().remove_schedule(DEMO_SCHEDULE)
 
 
 def complete_shipping_callback(row: JobSnapshot) -> tuple[str, int, str]:

@@ -1,10 +1,11 @@
 """Example jobs of the demo shop: one succeeds (and is unique: a duplicate is refused), one
-retries then succeeds, one fails for good, and one parks until an outside system (the
-carrier) calls back."""
+retries then succeeds, one fails for good, one parks until an outside system (the carrier)
+calls back, and a stock report runs on a cron schedule."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 
 import awa_django
@@ -35,6 +36,20 @@ class RequestShippingLabel:
     carrier: str = "parcelco"
 
 
+@dataclass
+class StockReport:
+    warehouse: str = "main"
+
+
+# The demo's schedule: every 2 seconds, so `make demo` sees it fire. A real one would read
+# periodic("stock-report", "0 6 * * *", StockReport(), timezone="Europe/Berlin"). Declared
+# only where AWA_DEMO_SCHEDULES=1 (the demo's own worker), so no other worker or test
+# fires it; the demo removes the schedule's row when it ends.
+DEMO_SCHEDULE = "shop-stock-report"
+if os.environ.get("AWA_DEMO_SCHEDULES") == "1":
+    awa_django.periodic(DEMO_SCHEDULE, "*/2 * * * * *", StockReport())
+
+
 # One receipt per order and address: a second enqueue while one is queued, running or
 # sent raises UniqueConflict (the demo shows it).
 @awa_django.job(SendReceipt, queue="email", max_attempts=5, unique=awa_django.UniqueOpts())
@@ -54,6 +69,11 @@ async def sync_inventory(job: JobContext[SyncInventory]) -> None:
 def charge_card(job: JobContext[ChargeCard]) -> None:
     if job.args.amount_cents <= 0:
         raise awa_django.TerminalError(f"refusing to charge {job.args.amount_cents} cents")
+
+
+@awa_django.job(StockReport, queue="email")
+def stock_report(job: JobContext[StockReport]) -> None:
+    job.result = {"warehouse": job.args.warehouse, "fired_at": job.metadata.get("cron_fire_time")}
 
 
 @awa_django.job(RequestShippingLabel)

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 import awa_django
 from awa_django.execution.inline import run_available
-from awa_django.storage.models import Job
+from awa_django.storage.models import CronSchedule, Job
 from awa_django.web.signing import callback_url, sign_callback_request
 from testproject.shop import hooks
 from testproject.shop.demo import database_url
@@ -130,6 +130,8 @@ def test_demo_command_runs_every_example_job_through_a_worker():
     assert "Retried            sync_inventory" in text  # seen in the worker's hooks
     assert "duplicate SendReceipt(order_id=1001" in text and "refused: job" in text
     assert "ops alert: charging order 1002 failed for good" in text
+    assert "schedule shop-stock-report (every 2 s) fired at" in text
+    assert not CronSchedule.objects.exists()  # the demo removes its schedule afterwards
     states = dict(Job.objects.filter(tags__contains=["demo"]).values_list("kind", "state"))
     assert states == {
         "send_receipt": "completed",

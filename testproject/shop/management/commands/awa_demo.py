@@ -34,6 +34,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._require_migrated()
+        demo.remove_demo_schedule()  # a fresh schedule: fires count from this run
         worker = demo.WorkerProcess(WORKER_FLAGS)
         self.say(f"started worker pid {worker.process.pid}: {' '.join(worker.command[1:])}")
         try:
@@ -41,8 +42,10 @@ class Command(BaseCommand):
             self.say("enqueued " + ", ".join(f"{r.kind} #{r.id}" for r, _ in run.jobs))
             self.say(demo.enqueue_duplicate_receipt())
             finished = demo.wait_until_done(run, worker, options["timeout"], self.say)
+            self.say(demo.wait_for_schedule_fire(options["timeout"]))
         finally:
             code = worker.stop()
+            demo.remove_demo_schedule()
         self.say(f"worker stopped with SIGTERM, exit code {code}")
         self._report(run, worker)
         if not finished:
