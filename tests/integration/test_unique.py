@@ -500,7 +500,11 @@ def test_the_unique_indexes_are_valid_and_the_function_immutable() -> None:
             "SELECT provolatile, proisstrict FROM pg_proc "
             "WHERE proname = 'awa_state_in_unique_states'"
         )
-        assert cursor.fetchall() == [("i", True)]
+        # Immutable (an index predicate must be) and not strict, so PostgreSQL inlines it
+        # instead of calling it on every insert, claim and completion (decision 012).
+        assert cursor.fetchall() == [("i", False)]
+        cursor.execute("SELECT awa_state_in_unique_states(NULL, 'available')")
+        assert cursor.fetchone() == (None,)  # no key, not in the index
 
 
 @pytest.mark.django_db(transaction=True)
