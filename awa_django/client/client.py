@@ -16,35 +16,29 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, cast, overload
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.db.models.functions import Now
 
-from awa_django.client import callbacks, schedules, unique
+from awa_django.client import callbacks, inserts, queues, schedules, unique
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.rows import (
-    BulkRows,
     EnqueueKwargs,
     EnqueueOptions,
-    JobTemplate,
     plan_many,
     plan_one,
 )
-from awa_django.codec import dumps, storable_text
-from awa_django.conf import awa_settings, validate_queue_name
+from awa_django.client.twins import async_twin
+from awa_django.codec import dumps
+from awa_django.conf import awa_settings
 from awa_django.events import Cancelled
 from awa_django.exceptions import InvalidEnqueueOption, JobNotFound
-from awa_django.registry import registry
 from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
-from awa_django.storage.sql import unique as unique_sql
 from awa_django.unique import EnqueueManyResult, OnConflict
 
 if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
-
-MAX_PAUSED_BY_CHARS = 200  # awa_queue_state.paused_by is varchar(200)
 
 
 class Client:
@@ -78,7 +72,7 @@ class Client:
 
     def _enqueue(self, args: Any, options: EnqueueOptions) -> JobSnapshot:
         template, encoded = plan_one(args, options)
-        return self._insert_one(template, encoded, django_task=None)
+        return inserts.insert_one(self.using, template, encoded, None)
 
     @overload
     def enqueue_many(
@@ -123,31 +117,10 @@ class Client:
             raise InvalidEnqueueOption(
                 f"on_conflict must be 'raise' or 'skip', got {on_conflict!r:.60}"
             )
-        rows = plan_many(jobs, options)
-        if rows.unique_keys is not None:
-            ids = unique.insert_many(self.using, rows, skip=on_conflict == "skip")
-        elif rows.kinds:
-            ids = cast(list[int | None], self._insert_many(rows))
-        else:
-            ids = []
+        ids = inserts.insert_many(self.using, plan_many(jobs, options), skip=on_conflict == "skip")
         if on_conflict == "skip":
             return EnqueueManyResult(tuple(ids))
         return cast(list[int], ids)
-
-    def _insert_many(self, rows: BulkRows) -> list[int]:
-        query = jobs_sql.job_insert_many(
-            kinds=rows.kinds,
-            queues=rows.queues,
-            args=rows.args,
-            states=rows.states,
-            priorities=rows.priorities,
-            max_attempts=rows.max_attempts,
-            run_ats=rows.run_ats,
-            metadata=rows.metadata,
-            tags=rows.tags,
-            channels=rows.channels,
-        )
-        return query.run(self.using)
 
     def enqueue_task(
         self,
@@ -166,25 +139,7 @@ class Client:
         options = EnqueueOptions(kind, queue, priority, run_at, max_attempts)
         template, encoded = plan_one(payload, options)
         marker = dumps(django_task, what="django_task marker")
-        return self._insert_one(template, encoded, django_task=marker)
-
-    def _insert_one(self, row: JobTemplate, args: str, *, django_task: str | None) -> JobSnapshot:
-        if row.unique is not None:
-            return unique.insert_one(self.using, row, args, django_task)
-        query = jobs_sql.job_insert_one(
-            kind=row.kind,
-            queue=row.queue,
-            args=args,
-            state=row.state,
-            priority=row.priority,
-            max_attempts=row.max_attempts,
-            run_at=row.run_at,
-            metadata=row.metadata,
-            tags=row.tags,
-            django_task=django_task,
-            channels=row.channels,
-        )
-        return query.run(self.using)
+        return inserts.insert_one(self.using, template, encoded, marker)
 
     async def aenqueue(
         self,
@@ -263,16 +218,7 @@ class Client:
             client.cancel_by_unique_key(SendReceipt, args=SendReceipt(order_id=7))
         """
         key = unique.key_of(kind, args=args, queue=queue, period_bucket=period_bucket)
-        tried: set[int] = set()
-        # A job found may end before the cancel reaches it; then the next one is tried
-        # (an ended job is never found again, so this stops).
-        while True:
-            job_id = unique_sql.job_unique_oldest_live(unique_key=key).run(self.using)
-            if job_id is None or job_id in tried:
-                return None
-            if (row := self.cancel(job_id)) is not None:
-                return row
-            tried.add(job_id)
+        return unique.cancel_oldest_live(self.using, key, self.cancel)
 
     def retry(self, job_id: int) -> JobSnapshot | None:
         """Make a failed, cancelled or parked job available again (attempts reset);
@@ -284,108 +230,49 @@ class Client:
         """`retry` for many jobs in one statement; returns the rows it retried."""
         return admin_sql.job_retry_many(ids=sorted(set(job_ids))).run(self.using)
 
-    async def aget_job(self, job_id: int) -> JobSnapshot:
-        return await sync_to_async(self.get_job)(job_id)
+    aget_job = async_twin(get_job)
+    acancel = async_twin(cancel)
+    acancel_many = async_twin(cancel_many)
+    acancel_by_unique_key = async_twin(cancel_by_unique_key)
+    aretry = async_twin(retry)
+    aretry_many = async_twin(retry_many)
 
-    async def acancel(self, job_id: int) -> JobSnapshot | None:
-        return await sync_to_async(self.cancel)(job_id)
-
-    async def acancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
-        return await sync_to_async(self.cancel_many)(job_ids)
-
-    async def acancel_by_unique_key(
-        self,
-        kind: type | str,
-        *,
-        args: Any = None,
-        queue: str | None = None,
-        period_bucket: int | None = None,
-    ) -> JobSnapshot | None:
-        return await sync_to_async(self.cancel_by_unique_key)(
-            kind, args=args, queue=queue, period_bucket=period_bucket
-        )
-
-    async def aretry(self, job_id: int) -> JobSnapshot | None:
-        return await sync_to_async(self.retry)(job_id)
-
-    async def aretry_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
-        return await sync_to_async(self.retry_many)(job_ids)
-
-    # -- queues -------------------------------------------------------------------------
-    # The ORM side of storage (models, figures) is imported on first use: `awa_django`
-    # imports this module, and Django imports the app's package before its models may be
-    # loaded.
+    # -- queues (queues.py) ------------------------------------------------------------
     def pause_queue(self, queue: str, *, by: str = "") -> QueueState:
         """Stop dispatch of `queue` on every worker (running attempts finish); idempotent.
         `by` records who paused it (shown on the dashboard and by `awa_status`)."""
-        from awa_django.storage.models import QueueState
-
-        validate_queue_name(queue)
-        paused_by = storable_text(str(by))[:MAX_PAUSED_BY_CHARS]
-        state, _ = QueueState.objects.using(self.using).update_or_create(
-            queue=queue, defaults={"paused": True, "paused_at": Now(), "paused_by": paused_by}
-        )
-        state.refresh_from_db(fields=["paused_at"])
-        return state
+        return queues.pause(self.using, queue, by)
 
     def resume_queue(self, queue: str) -> QueueState:
         """Let workers claim from `queue` again; idempotent."""
-        from awa_django.storage.models import QueueState
-
-        validate_queue_name(queue)
-        state, _ = QueueState.objects.using(self.using).update_or_create(
-            queue=queue, defaults={"paused": False, "paused_at": None, "paused_by": ""}
-        )
-        return state
+        return queues.resume(self.using, queue)
 
     def queue_stats(self, window_minutes: int = 5) -> list[QueueStats]:
         """Per-queue depth by state, throughput over `window_minutes`, lag and paused flag,
         sorted by queue name (the dashboard's and `awa_status`'s figures)."""
-        from awa_django.storage import figures
-
-        return figures.queue_stats(window_minutes, using=self.using)
+        return queues.stats(self.using, window_minutes)
 
     def live_workers(self, within_seconds: float | None = None) -> list[LiveWorker]:
         """Worker processes seen within `within_seconds` (default: the heartbeat
         staleness), leader first."""
-        from awa_django.storage import figures
-
-        return figures.live_workers(within_seconds, using=self.using)
+        return queues.live_workers(self.using, within_seconds)
 
     def unhandled_kinds(self) -> dict[str, int]:
         """Kinds with waiting jobs that no live worker has a handler for, with their job
         counts (a rolling deploy in progress, or a missing worker; decision 011)."""
-        from awa_django.storage import figures
-
-        return figures.unhandled_kinds(using=self.using)
+        return queues.unhandled_kinds(self.using)
 
     def known_queues(self) -> set[str]:
         """Queue names known without scanning the jobs: configured in `AWA["QUEUES"]`,
         declared by a `@job`, or paused or resumed once (at most 200 of those)."""
-        from awa_django.storage import figures
+        return queues.known_queues(self.using)
 
-        known = set(awa_settings().queues)
-        known.update(definition.queue for definition in registry.jobs())
-        known.update(figures.queues_with_state(using=self.using))
-        return known
-
-    async def apause_queue(self, queue: str, *, by: str = "") -> QueueState:
-        return await sync_to_async(self.pause_queue)(queue, by=by)
-
-    async def aresume_queue(self, queue: str) -> QueueState:
-        return await sync_to_async(self.resume_queue)(queue)
-
-    async def aqueue_stats(self, window_minutes: int = 5) -> list[QueueStats]:
-        return await sync_to_async(self.queue_stats)(window_minutes)
-
-    async def alive_workers(self, within_seconds: float | None = None) -> list[LiveWorker]:
-        return await sync_to_async(self.live_workers)(within_seconds)
-
-    async def aunhandled_kinds(self) -> dict[str, int]:
-        return await sync_to_async(self.unhandled_kinds)()
-
-    async def aknown_queues(self) -> set[str]:
-        return await sync_to_async(self.known_queues)()
+    apause_queue = async_twin(pause_queue)
+    aresume_queue = async_twin(resume_queue)
+    aqueue_stats = async_twin(queue_stats)
+    alive_workers = async_twin(live_workers)
+    aunhandled_kinds = async_twin(unhandled_kinds)
+    aknown_queues = async_twin(known_queues)
 
     # -- cron schedules (docs/cron.md; schedules.py) -----------------------------------
     def schedules(self) -> list[ScheduleSnapshot]:
@@ -415,23 +302,12 @@ class Client:
         declaration first: a process that still declares it re-creates it."""
         schedules.remove(self.using, name)
 
-    async def aschedules(self) -> list[ScheduleSnapshot]:
-        return await sync_to_async(self.schedules)()
-
-    async def aschedule(self, name: str) -> ScheduleSnapshot:
-        return await sync_to_async(self.schedule)(name)
-
-    async def apause_schedule(self, name: str, *, by: str = "") -> ScheduleSnapshot:
-        return await sync_to_async(self.pause_schedule)(name, by=by)
-
-    async def aresume_schedule(self, name: str) -> ScheduleSnapshot:
-        return await sync_to_async(self.resume_schedule)(name)
-
-    async def atrigger_schedule(self, name: str) -> JobSnapshot:
-        return await sync_to_async(self.trigger_schedule)(name)
-
-    async def aremove_schedule(self, name: str) -> None:
-        await sync_to_async(self.remove_schedule)(name)
+    aschedules = async_twin(schedules)
+    aschedule = async_twin(schedule)
+    apause_schedule = async_twin(pause_schedule)
+    aresume_schedule = async_twin(resume_schedule)
+    atrigger_schedule = async_twin(trigger_schedule)
+    aremove_schedule = async_twin(remove_schedule)
 
     # -- callbacks (DESIGN §6; callbacks.py) --------------------------------------------
     def complete_external(
@@ -485,39 +361,9 @@ class Client:
             self.using, callback_id, payload, default_action, run_lease
         )
 
-    async def acomplete_external(
-        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        return await sync_to_async(self.complete_external)(
-            callback_id, payload, run_lease=run_lease
-        )
-
-    async def afail_external(
-        self, callback_id: uuid.UUID | str, error: str, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        return await sync_to_async(self.fail_external)(callback_id, error, run_lease=run_lease)
-
-    async def aretry_external(self, callback_id: uuid.UUID | str) -> JobSnapshot:
-        return await sync_to_async(self.retry_external)(callback_id)
-
-    async def aresume_external(
-        self, callback_id: uuid.UUID | str, payload: Any = None, *, run_lease: int | None = None
-    ) -> JobSnapshot:
-        return await sync_to_async(self.resume_external)(callback_id, payload, run_lease=run_lease)
-
-    async def aheartbeat_callback(
-        self, callback_id: uuid.UUID | str, timeout: float = 3600
-    ) -> JobSnapshot:
-        return await sync_to_async(self.heartbeat_callback)(callback_id, timeout)
-
-    async def aresolve_callback(
-        self,
-        callback_id: uuid.UUID | str,
-        payload: Any = None,
-        default_action: DefaultAction = "ignore",
-        *,
-        run_lease: int | None = None,
-    ) -> ResolveResult:
-        return await sync_to_async(self.resolve_callback)(
-            callback_id, payload, default_action, run_lease=run_lease
-        )
+    acomplete_external = async_twin(complete_external)
+    afail_external = async_twin(fail_external)
+    aretry_external = async_twin(retry_external)
+    aresume_external = async_twin(resume_external)
+    aheartbeat_callback = async_twin(heartbeat_callback)
+    aresolve_callback = async_twin(resolve_callback)

@@ -10,6 +10,7 @@ before finding a held key.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, cast
 
 from django.db import transaction
@@ -93,6 +94,22 @@ def _first_conflict(using: str, rows: BulkRows, ids: list[int | None]) -> Unique
 def _conflict(what: str, holder: int | None) -> UniqueConflict:
     by = f"job {holder}" if holder is not None else "another job of this call or one since gone"
     return UniqueConflict(f"{what} was not enqueued: its unique key is held by {by}", job_id=holder)
+
+
+def cancel_oldest_live(
+    using: str, key: bytes, cancel: Callable[[int], JobSnapshot | None]
+) -> JobSnapshot | None:
+    """Cancel (through the Client's `cancel`) the oldest live job with `key`. A job found
+    may end before the cancel reaches it; then the next one is tried (an ended job is
+    never found again, so this stops)."""
+    tried: set[int] = set()
+    while True:
+        job_id = unique_sql.job_unique_oldest_live(unique_key=key).run(using)
+        if job_id is None or job_id in tried:
+            return None
+        if (row := cancel(job_id)) is not None:
+            return row
+        tried.add(job_id)
 
 
 def key_of(kind: type | str, *, args: Any, queue: str | None, period_bucket: int | None) -> bytes:
