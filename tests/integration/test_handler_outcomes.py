@@ -1,4 +1,4 @@
-"""Every handler outcome of DESIGN §5, run through `awa_django.worker.inline.run_available()`
+"""Every handler outcome of DESIGN §5, run through `awa_django.execution.inline.run_available()`
 on real PostgreSQL: the state, columns, error entries and events each one leaves behind.
 
 Tests run inside one transaction, so `now()` is the same instant for every statement:

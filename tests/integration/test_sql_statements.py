@@ -1,6 +1,7 @@
-"""Each named statement of `awa_django/sql/{jobs,leases,maintenance,admin,workers,cron}.py` run
-against real PostgreSQL (one test or more per statement, named after it), the lease guard
-on every attempt write, and the plans of the hot statements on a 20,000-row table.
+"""Each named statement of `awa_django/storage/sql/*.py` (jobs, leases, maintenance, admin,
+workers, cron, unique) run against real PostgreSQL (one test or more per statement, named
+after it), the lease guard on every attempt write, and the plans of the hot statements on a
+20,000-row table.
 
 Tests run in one transaction, so `now()` is one instant throughout; rows that must be
 "due" or "stale" are moved into the past explicitly.
