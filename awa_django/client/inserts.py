@@ -15,20 +15,7 @@ def insert_one(using: str, row: JobTemplate, args: str, django_task: str | None)
     """Write one planned job (its args already JSON) in the caller's transaction."""
     if row.unique is not None:
         return unique.insert_one(using, row, args, django_task)
-    query = jobs_sql.job_insert_one(
-        kind=row.kind,
-        queue=row.queue,
-        args=args,
-        state=row.state,
-        priority=row.priority,
-        max_attempts=row.max_attempts,
-        run_at=row.run_at,
-        metadata=row.metadata,
-        tags=row.tags,
-        django_task=django_task,
-        channels=row.channels,
-    )
-    return query.run(using)
+    return jobs_sql.job_insert_one(**row.columns(args, django_task)).run(using)
 
 
 def insert_many(using: str, rows: BulkRows, *, skip: bool) -> list[int | None]:
@@ -37,16 +24,5 @@ def insert_many(using: str, rows: BulkRows, *, skip: bool) -> list[int | None]:
         return unique.insert_many(using, rows, skip=skip)
     if not rows.kinds:
         return []
-    query = jobs_sql.job_insert_many(
-        kinds=rows.kinds,
-        queues=rows.queues,
-        args=rows.args,
-        states=rows.states,
-        priorities=rows.priorities,
-        max_attempts=rows.max_attempts,
-        run_ats=rows.run_ats,
-        metadata=rows.metadata,
-        tags=rows.tags,
-        channels=rows.channels,
-    )
-    return cast(list[int | None], query.run(using))
+    ids = jobs_sql.job_insert_many(**rows.columns()).run(using)
+    return cast(list[int | None], ids)

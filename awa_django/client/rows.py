@@ -79,6 +79,37 @@ class EnqueueOptions:
     unique: UniqueOption = None
 
 
+class RowColumns(TypedDict):
+    """One planned row as `job_insert_one` (and its unique twin) take it."""
+
+    kind: str
+    queue: str
+    args: str
+    state: str
+    priority: int
+    max_attempts: int
+    run_at: dt.datetime | None
+    metadata: str
+    tags: Sequence[str]
+    django_task: str | None
+    channels: Sequence[str]
+
+
+class BulkColumns(TypedDict):
+    """Planned rows as the parallel arrays `job_insert_many` (and its twin) take."""
+
+    kinds: list[str]
+    queues: list[str]
+    args: list[str]
+    states: list[str]
+    priorities: list[int]
+    max_attempts: list[int]
+    run_ats: list[dt.datetime | None]
+    metadata: list[str]
+    tags: list[str]
+    channels: Sequence[str]
+
+
 @dataclass(frozen=True, slots=True)
 class JobTemplate:
     """Everything about a row except its args, checked and serialised: resolved once per
@@ -115,6 +146,22 @@ class JobTemplate:
         """The NOTIFY channel to wake, none for a scheduled job (promotion wakes it)."""
         return [channel_for(self.queue)] if self.state == JobState.AVAILABLE else []
 
+    def columns(self, args: str, django_task: str | None) -> RowColumns:
+        """This row with its args (JSON text) as the insert statements take it."""
+        return RowColumns(
+            kind=self.kind,
+            queue=self.queue,
+            args=args,
+            state=self.state,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            run_at=self.run_at,
+            metadata=self.metadata,
+            tags=self.tags,
+            django_task=django_task,
+            channels=self.channels,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class BulkRows:
@@ -133,6 +180,21 @@ class BulkRows:
     # Set only when some row is unique (then job_insert_many_unique writes them).
     unique_keys: list[bytes | None] | None = None
     unique_states: list[str | None] | None = None
+
+    def columns(self) -> BulkColumns:
+        """The arrays as the bulk insert statements take them."""
+        return BulkColumns(
+            kinds=self.kinds,
+            queues=self.queues,
+            args=self.args,
+            states=self.states,
+            priorities=self.priorities,
+            max_attempts=self.max_attempts,
+            run_ats=self.run_ats,
+            metadata=self.metadata,
+            tags=self.tags,
+            channels=self.channels,
+        )
 
 
 def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:

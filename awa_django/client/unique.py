@@ -32,19 +32,7 @@ def insert_one(using: str, row: JobTemplate, args: str, django_task: str | None)
     assert row.unique is not None
     key = cast(bytes, row.unique_key(args))
     inserted = jobs_sql.job_insert_one_unique(
-        kind=row.kind,
-        queue=row.queue,
-        args=args,
-        state=row.state,
-        priority=row.priority,
-        max_attempts=row.max_attempts,
-        run_at=row.run_at,
-        metadata=row.metadata,
-        tags=row.tags,
-        django_task=django_task,
-        channels=row.channels,
-        unique_key=key,
-        unique_states=row.unique.states_mask,
+        **row.columns(args, django_task), unique_key=key, unique_states=row.unique.states_mask
     ).run(using)
     if inserted is None:
         holder = unique_sql.job_unique_holder(unique_key=key).run(using)
@@ -56,16 +44,7 @@ def insert_many(using: str, rows: BulkRows, *, skip: bool) -> list[int | None]:
     """Write `rows` (some with a key): per input position, the id or None (skipped). Unless
     `skip`, the first held key raises UniqueConflict and none of the rows is kept."""
     query = unique_sql.job_insert_many_unique(
-        kinds=rows.kinds,
-        queues=rows.queues,
-        args=rows.args,
-        states=rows.states,
-        priorities=rows.priorities,
-        max_attempts=rows.max_attempts,
-        run_ats=rows.run_ats,
-        metadata=rows.metadata,
-        tags=rows.tags,
-        channels=rows.channels,
+        **rows.columns(),
         unique_keys=cast(list[bytes | None], rows.unique_keys),
         unique_states=cast(list[str | None], rows.unique_states),
     )

@@ -156,8 +156,9 @@ class Registry:
         """Hooks that want this event for this kind, in registration order."""
         return [h for h in self._hooks if event_type in h.events and h.matches(kind)]
 
-    def has_hooks(self, kind: str) -> bool:
-        return any(h.matches(kind) for h in self._hooks)
+    def wants(self, kind: str, event_type: type[Event]) -> bool:
+        """Some hook wants this event for this kind (the worker's cheap filter: no list)."""
+        return any(event_type in h.events and h.matches(kind) for h in self._hooks)
 
     def remove_hook(self, registration: HookRegistration) -> None:
         with self._lock:

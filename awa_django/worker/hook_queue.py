@@ -45,7 +45,7 @@ class HookQueue:
     def put(self, event: Event) -> None:
         """Queue `event` for its hooks; never blocks. An event no hook wants (a kind without
         hooks, or a hook for other events) costs one lookup and takes no room."""
-        if not registry.hooks_for(event.job.kind, type(event)):
+        if not registry.wants(event.job.kind, type(event)):
             return
         if self.drops_on_overflow and self.pending >= self.capacity:
             self._dropped(event)

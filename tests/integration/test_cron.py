@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
@@ -31,6 +31,7 @@ from awa_django.testing import capture_events, drain
 from awa_django.worker.database import Database, connection_kwargs
 from awa_django.worker.maintenance.cron import CronScheduler
 from testproject.testjobs.jobs import AccNoop
+from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,18 +58,6 @@ def periodic(
     definition = awa_django.periodic(name, expression, {"n": 1}, kind="cron_test", **options)
     declared.append(definition)
     return definition
-
-
-def with_db(step: Callable[[Database], Awaitable[T]]) -> T:
-    async def main() -> T:
-        db = Database("default", "awa-cron-test", max_size=4)
-        await db.open()
-        try:
-            return await step(db)
-        finally:
-            await db.close()
-
-    return asyncio.run(main())
 
 
 def sync(declared: list[ScheduleDefinition]) -> list[str]:

@@ -12,7 +12,7 @@ import asyncio
 import datetime as dt
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -37,6 +37,7 @@ from awa_django.worker.maintenance.promoter import Promoter
 from awa_django.worker.maintenance.pruner import Pruner
 from awa_django.worker.maintenance.rescuer import Rescuer
 from tests.factories import JobFactory as BaseJobFactory
+from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,20 +49,6 @@ T = TypeVar("T")
 class JobFactory(BaseJobFactory):
     kind = "core_svc"
     queue = Q
-
-
-def with_db(step: Callable[[Database], Awaitable[T]]) -> T:
-    """Run `step` on a fresh runtime Database inside its own event loop."""
-
-    async def main() -> T:
-        db = Database("default", "awa-core-test", max_size=4)
-        await db.open()
-        try:
-            return await step(db)
-        finally:
-            await db.close()
-
-    return asyncio.run(main())
 
 
 def count_statements(db: Database) -> list[str]:
