@@ -208,6 +208,13 @@ class Registry:
         the worker asks it for every outcome)."""
         return self._follow_ups.get((kind, event_type), ())
 
+    def follow_ups(self) -> list[FollowUpRegistration]:
+        return [r for registrations in self._follow_ups.values() for r in registrations]
+
+    def clear_follow_ups(self) -> None:
+        with self._lock:
+            self._follow_ups = {}
+
     def remove_follow_up(self, registration: FollowUpRegistration) -> None:
         key = (registration.kind, registration.event)
         with self._lock:
