@@ -31,7 +31,7 @@ def follow_ups(n: int) -> list[Job]:
     return list(Job.objects.filter(kind="acc_noop", args={"n": n}))
 
 
-def _pause_past_rescue(start_worker, job_id: int):  # type: ignore[no-untyped-def]
+def _pause_past_rescue(start_worker, job_id: int):
     """Start a worker on `job_id`, SIGSTOP it mid-handler, let a second worker rescue and
     complete the job, then SIGCONT the first and wait for its stale outcome."""
     first = start_worker("--queue", "acc=1", "--worker-id", "first")
