@@ -52,12 +52,9 @@ def execute_step(using: str, step: attempt.Step) -> Any:
         with transaction.atomic(using=using) if atomic else nullcontext():
             if isinstance(query, attempt.Outcome):
                 return _write_outcome(using, query)
-            answer = query.run(using)
+            return query.run(using)
     except (DataError, IntegrityError) as exc:
         raise OutcomeNotStored(str(exc).strip()) from exc
-    if isinstance(step, attempt.Completion):
-        return answer[0] if answer else None
-    return answer
 
 
 def _write_outcome(using: str, step: attempt.Outcome) -> Any:

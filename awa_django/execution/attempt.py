@@ -44,7 +44,6 @@ from awa_django.execution.outcomes import (
 from awa_django.registry import JobDefinition, registry
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
-from awa_django.storage import query as readers
 from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
 
@@ -61,9 +60,10 @@ class Completion:
     row: JobSnapshot
     result_json: str | None
 
-    def query(self) -> Query[list[JobSnapshot]]:
-        return jobs_sql.job_complete_many(
-            ids=[self.row.id], leases=[self.row.run_lease], results=[self.result_json]
+    def query(self) -> Query[JobSnapshot | None]:
+        """This completion alone (the schedulers that do not batch it)."""
+        return jobs_sql.job_complete_one(
+            id=self.row.id, run_lease=self.row.run_lease, result=self.result_json
         )
 
 
@@ -174,7 +174,7 @@ def _complete(
     wants = follow_ups.wanted(Completed, job.kind)
     step: Step = completion
     if wants:
-        step = _outcome(completion.query(), lambda r: Completed(job=r, duration=duration))
+        step = Outcome(completion.query(), lambda r: Completed(job=r, duration=duration))
     try:
         applied = yield step
     except REFUSALS as exc:
@@ -184,10 +184,6 @@ def _complete(
     if applied is None:
         return _stale(job, atomic)
     return [Completed(job=applied, duration=duration)]
-
-
-def _outcome(q: Query[list[JobSnapshot]], event: Callable[[JobSnapshot], Event]) -> Outcome:
-    return Outcome(Query(q.statement, q.params, readers.first_job), event)
 
 
 def _refused(job: JobContext[Any], exc: BaseException) -> Transition:
