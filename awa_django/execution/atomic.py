@@ -15,6 +15,7 @@ writes the failure on its own, the non-atomic way.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -41,15 +42,15 @@ class Committed:
     events: list[Event]
 
 
-def execute_step(using: str, step: attempt.Step) -> Any:
-    """Run one attempt step on Django's connection `using`. Inside a transaction (the
-    caller's, or an atomic handler's) a savepoint keeps it usable after a refused write;
-    an `Outcome` (a transition with follow-ups) always gets a transaction of its own."""
+def execute_step(using: str, step: attempt.Step, *, savepoint: bool = True) -> Any:
+    """Run one attempt step on Django's connection `using`. Inside the caller's
+    transaction a savepoint keeps it usable after a refused write; an `Outcome` (a
+    transition with follow-ups) always gets a transaction (or savepoint) of its own.
+    `savepoint=False` inside an atomic attempt: a refused write ends the whole block."""
     query = step.query() if isinstance(step, attempt.Completion) else step
-    in_transaction = connections[using].in_atomic_block
-    atomic = in_transaction or isinstance(step, attempt.Outcome)
+    wrap = savepoint and (connections[using].in_atomic_block or isinstance(step, attempt.Outcome))
     try:
-        with transaction.atomic(using=using) if atomic else nullcontext():
+        with transaction.atomic(using=using) if wrap else nullcontext():
             if isinstance(query, attempt.Outcome):
                 return _write_outcome(using, query)
             return query.run(using)
@@ -81,7 +82,10 @@ def run(
             transition = attempt.outcome_of_result(job, result)
             seconds = time.monotonic() - started
             steps = attempt.finish(job, transition, seconds, max_result_bytes, atomic=True)
-            return Committed(attempt.drive(steps, lambda step: execute_step(using, step)))
+            # No savepoint per step: each costs two round trips, and a refused step ends
+            # the block anyway (the job then fails on its own).
+            unwrapped = functools.partial(execute_step, using, savepoint=False)
+            return Committed(attempt.drive(steps, unwrapped))
     except (Exception, SystemExit) as exc:
         # A KeyboardInterrupt propagates (the inline caller's Ctrl-C; the worker's thread
         # hands it to the executor, which fails the job like any handler error).
