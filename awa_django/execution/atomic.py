@@ -26,7 +26,13 @@ from typing import Any
 from django.db import DataError, IntegrityError, connections, transaction
 
 from awa_django.events import Event
-from awa_django.exceptions import AwaError, FollowUpFailed, OutcomeNotStored, StaleAttempt
+from awa_django.exceptions import (
+    FollowUpFailed,
+    OutcomeNotStored,
+    PayloadTooLarge,
+    SerializationError,
+    StaleAttempt,
+)
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition, plan_failure, unstorable
@@ -106,7 +112,10 @@ def _after_rollback(job: JobContext[Any], exc: BaseException) -> Committed | Tra
         return Committed([])
     if isinstance(exc, FollowUpFailed):
         return plan_failure(job.row, exc)  # like a handler error (decision 015)
-    if isinstance(exc, AwaError):  # OutcomeNotStored, or a result the codec refused
+    if isinstance(exc, OutcomeNotStored | SerializationError | PayloadTooLarge):
+        # Refused values (a result the codec or the database cannot hold) would be
+        # refused again on every retry. Anything else (an outage: DatabaseUnavailable, a
+        # broken transaction) fails this attempt only, like a handler error.
         logger.warning("job %s: its outcome could not be stored: %s", job.id, exc)
         return unstorable(exc)
     logger.warning("job %s: its atomic outcome failed to commit: %r", job.id, exc)

@@ -115,8 +115,6 @@ def load_handler(job: JobContext[Any]) -> JobDefinition:
 def runs_atomic(definition: JobDefinition, job: JobContext[Any]) -> bool:
     """Whether this attempt runs atomically: `@job(atomic=...)`, else its queue's default
     (docs/exactly-once.md)."""
-    if definition.atomic is not None:
-        return definition.atomic
     return definition.runs_atomic(awa_settings().queue(job.queue).atomic)
 
 

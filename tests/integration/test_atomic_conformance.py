@@ -5,13 +5,14 @@ its guarded outcome or not at all."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection
 from django.test import override_settings
 
 import awa_django
@@ -71,7 +72,14 @@ AFTER_WRITING: dict[str, Callable[[JobContext[Effect]], Any]] = {
     "cancel": lambda job: Cancel("no longer needed"),
     "retry_after": lambda job: RetryAfter(30),
     "unstorable_result": lambda job: setattr(job, "result", object()),
+    "break_the_transaction": lambda job: _swallow_a_database_error(),
 }
+
+
+def _swallow_a_database_error() -> None:
+    """A handler that catches its own database error: its transaction is aborted."""
+    with connection.cursor() as cursor, contextlib.suppress(DataError):
+        cursor.execute("SELECT 1 / 0")
 
 
 def _write_then(job: JobContext[Effect]) -> Any:
@@ -172,6 +180,20 @@ def test_a_result_that_cannot_be_stored_rolls_the_writes_back(scheduler: str) ->
     )
     assert invoices() == []
     assert names(events) == ["Started", "Exhausted"]
+
+
+def test_an_outcome_that_fails_to_commit_retries_the_job_without_its_writes(
+    scheduler: str,
+) -> None:
+    job, events = run_attempt(scheduler, awa_django.enqueue(Effect("break_the_transaction")).id)
+    # Not a value the database refuses for good: this attempt fails, the job retries.
+    assert (job.state, job.errors[-1].get("terminal")) == ("retryable", None)
+    assert (
+        "InFailedSqlTransaction" in job.errors[-1]["error"]
+        or "transaction is aborted" in (job.errors[-1]["error"])
+    )
+    assert invoices() == []
+    assert names(events) == ["Started", "Retried"]
 
 
 @override_settings(AWA={"QUEUES": {QUEUE: {"atomic": True}}})
