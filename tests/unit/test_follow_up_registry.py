@@ -44,7 +44,12 @@ def test_each_registrar_keys_its_builder_by_kind_and_its_outcome_only(
 
 
 def test_builders_of_one_outcome_keep_their_registration_order() -> None:
-    first, second = (lambda a, e: []), (lambda a, e: [])
+    def first(args: Paid, done: Completed[Paid]) -> list[Any]:
+        return []
+
+    def second(args: Paid, done: Completed[Paid]) -> list[Any]:
+        return []
+
     awa_django.on_completed_enqueue(Paid, first)
     awa_django.on_completed_enqueue(Paid, second)
     assert [r.build for r in registry.follow_ups_for("paid", Completed)] == [first, second]
