@@ -16,6 +16,7 @@ from awa_django.client import (
     enqueue,
     enqueue_many,
 )
+from awa_django.client.follow_ups import FollowUp, follow_up
 from awa_django.events import (
     Cancelled,
     Completed,
@@ -29,9 +30,11 @@ from awa_django.events import (
 from awa_django.exceptions import (
     AwaError,
     CallbackNotFound,
+    FollowUpFailed,
     InvalidCallbackOption,
     InvalidEnqueueOption,
     InvalidJobArgs,
+    InvalidJobDeclaration,
     InvalidQueueName,
     InvalidSchedule,
     JobNotFound,
@@ -45,6 +48,14 @@ from awa_django.exceptions import (
 )
 from awa_django.execution.context import JobContext
 from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
+from awa_django.registry.follow_ups import (
+    on_cancelled_enqueue,
+    on_completed_enqueue,
+    on_exhausted_enqueue,
+    on_rescued_enqueue,
+    on_retried_enqueue,
+    on_waiting_for_callback_enqueue,
+)
 from awa_django.registry.schedules import periodic
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot, ScheduleSnapshot
@@ -62,9 +73,12 @@ __all__ = [
     "EnqueueManyResult",
     "Event",
     "Exhausted",
+    "FollowUp",
+    "FollowUpFailed",
     "InvalidCallbackOption",
     "InvalidEnqueueOption",
     "InvalidJobArgs",
+    "InvalidJobDeclaration",
     "InvalidQueueName",
     "InvalidSchedule",
     "JobContext",
@@ -92,10 +106,17 @@ __all__ = [
     "callback_url",
     "enqueue",
     "enqueue_many",
+    "follow_up",
     "job",
     "on_any_event",
+    "on_cancelled_enqueue",
+    "on_completed_enqueue",
     "on_event",
     "on_event_kind",
+    "on_exhausted_enqueue",
+    "on_rescued_enqueue",
+    "on_retried_enqueue",
+    "on_waiting_for_callback_enqueue",
     "periodic",
     "sign_callback_request",
 ]

@@ -45,6 +45,9 @@ class QueueConfig:
     concurrency: int = 10
     # Hard wall-clock limit per attempt; 0 disables the deadline.
     deadline: float = 300.0
+    # The default of `@job(atomic=...)` for `def` handlers of this queue: the handler runs
+    # in a transaction that commits with its guarded completion (docs/exactly-once.md).
+    atomic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +138,19 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
             queue = QueueConfig(name=name, **(options or {}))
         except TypeError as exc:
             raise ImproperlyConfigured(
-                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are concurrency and deadline.'
+                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are concurrency, deadline '
+                "and atomic."
             ) from exc
         if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
             _is_number(queue.deadline) and queue.deadline >= 0
         ):
             raise ImproperlyConfigured(
                 f'AWA["QUEUES"][{name!r}]: concurrency must be >= 1 and deadline >= 0.'
+            )
+        if not isinstance(queue.atomic, bool):
+            raise ImproperlyConfigured(
+                f'AWA["QUEUES"][{name!r}]["atomic"] must be True or False, '
+                f"got {queue.atomic!r:.100}."
             )
         queues[name] = queue
     return queues

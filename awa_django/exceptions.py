@@ -68,6 +68,17 @@ class OutcomeNotStored(AwaError):
     """The database refused to store this attempt's outcome (a value it cannot hold)."""
 
 
+class FollowUpFailed(AwaError):
+    """A follow-up builder (`on_completed_enqueue` & co.) raised or returned something that
+    cannot be enqueued; the outcome it belonged to was rolled back with it
+    (docs/exactly-once.md)."""
+
+
+class InvalidJobDeclaration(AwaError, TypeError):
+    """A `@job` declaration cannot work as written (`atomic=True` on an `async def`
+    handler: Django's transactions do not follow an async handler's awaits)."""
+
+
 class DatabaseUnavailable(AwaError):
     """The database could not be reached."""
 

@@ -17,7 +17,7 @@ import awa_django
 
 from . import database as db
 from . import procfs
-from .benchapp.jobs import BenchAsync, BenchSync, PickupAsync, PickupSync
+from .benchapp.jobs import BenchAsync, BenchAtomic, BenchSync, PickupAsync, PickupSync
 from .floor import run_enqueue_floor, run_floor
 from .stats import latency_ms
 from .worker import WorkerProcess
@@ -235,6 +235,7 @@ SCENARIOS: dict[str, Scenario] = {
     "slow_hook_sync": drain(BenchAsync, slow_hook="sync"),
     "noop_hook": drain(BenchAsync, slow_hook="noop"),
     "drain_sync": drain(BenchSync),
+    "drain_atomic": drain(BenchAtomic),
     "drain_async_p2": drain(BenchAsync, processes=2),
     "drain_sync_p2": drain(BenchSync, processes=2),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
@@ -254,5 +255,7 @@ GROUPS = {
     "pinned": ["drain_async_pinned", "floor_pinned"],
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
+    # atomic=True beside the plain sync handlers it must stay within half of (decision 015).
+    "atomic": ["drain_sync", "drain_atomic"],
     "all": list(SCENARIOS),
 }

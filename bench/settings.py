@@ -12,7 +12,15 @@ from testproject.settings import AWA, INSTALLED_APPS, LOGGING, env
 BENCH_DATABASE_URL = env(
     "AWA_BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/awa_bench"
 )
-DATABASES = {"default": env.db_url_config(BENCH_DATABASE_URL)}
+# Persistent connections, as a worker deployment should have them: an atomic handler
+# (drain_atomic) runs on its thread's Django connection, which CONN_MAX_AGE=0 would close
+# after every job (plain handlers that do not query are unaffected).
+DATABASES = {
+    "default": {
+        **env.db_url_config(BENCH_DATABASE_URL),
+        "CONN_MAX_AGE": 600,
+    }
+}
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
 

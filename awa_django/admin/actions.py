@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
 from awa_django.client import Client
-from awa_django.exceptions import CallbackNotFound
+from awa_django.exceptions import CallbackNotFound, FollowUpFailed
 from awa_django.states import JobState
 from awa_django.storage.models import Job
 
@@ -60,7 +60,11 @@ def retry_jobs(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -
 def cancel_jobs(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -> None:
     ids = _selected_ids(request, queryset, MAX_BULK)
     if ids is not None:
-        cancelled = _client().cancel_many(ids)
+        try:
+            cancelled = _client().cancel_many(ids)
+        except FollowUpFailed as exc:
+            messages.error(request, f"Nothing was cancelled: {exc}")
+            return
         why = "already completed, failed or cancelled"
         report(request, "job", "cancelled", len(cancelled), len(ids) - len(cancelled), why)
 
@@ -76,15 +80,20 @@ def _resolve_callbacks(
     parked = queryset.filter(
         id__in=ids, state=JobState.WAITING_EXTERNAL, callback_id__isnull=False
     ).values_list("callback_id", flat=True)
-    done = sum(_resolved(resolve, callback_id) for callback_id in parked if callback_id)
+    done = sum(_resolved(request, resolve, callback_id) for callback_id in parked if callback_id)
     why = "not waiting_external or callback already resolved"
     report(request, "callback", verb, done, len(ids) - done, why)
 
 
-def _resolved(resolve: Callable[[uuid.UUID], Any], callback_id: uuid.UUID) -> bool:
+def _resolved(
+    request: HttpRequest, resolve: Callable[[uuid.UUID], Any], callback_id: uuid.UUID
+) -> bool:
     try:
         resolve(callback_id)
     except CallbackNotFound:
+        return False
+    except FollowUpFailed as exc:  # this callback stays pending; the others go on
+        messages.error(request, str(exc))
         return False
     return True
 

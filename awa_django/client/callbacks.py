@@ -4,7 +4,8 @@ The `Client`'s callback verbs call these functions with its database alias (DESI
 reference T12-T15; docs/callbacks.md). Each checks its input, runs one guarded statement in
 the caller's transaction and dispatches its event once the outermost transaction commits,
 in this process only. Zero rows (unknown id, already resolved, timed out, wrong state or
-wrong run_lease) raise CallbackNotFound.
+wrong run_lease) raise CallbackNotFound. The follow-up jobs of a resolution are inserted
+in its transaction (a builder that fails raises FollowUpFailed: nothing changes).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Literal
 
 from django.db import transaction
 
+from awa_django.client import follow_ups
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.codec import dumps, storable_text, unstorable_character
 from awa_django.conf import awa_settings
@@ -64,6 +66,7 @@ def retry_external(using: str, callback_id: uuid.UUID | str) -> JobSnapshot:
             raise _not_found(callback_id, "retry_external")
         job, parked_attempt = retried
         events = [Retried(job=job, attempt=parked_attempt, next_run_at=job.run_at)]
+        follow_ups.enqueue_for(events, using)
         dispatch_on_commit(events, using)
     return job
 
@@ -115,7 +118,9 @@ def _complete(using: str, callback_id: uuid.UUID, run_lease: object) -> JobSnaps
         callback_id=callback_id, run_lease=_run_lease(run_lease)
     )
     job = _one(using, query, callback_id, "complete_external")
-    dispatch_on_commit([Completed(job=job, duration=dt.timedelta(0))], using)
+    events = [Completed(job=job, duration=dt.timedelta(0))]
+    follow_ups.enqueue_for(events, using)
+    dispatch_on_commit(events, using)
     return job
 
 
@@ -124,7 +129,9 @@ def _fail(using: str, callback_id: uuid.UUID, error: str, run_lease: object) -> 
         callback_id=callback_id, run_lease=_run_lease(run_lease), error=error
     )
     job = _one(using, query, callback_id, "fail_external")
-    dispatch_on_commit([Exhausted(job=job, error=error, attempt=job.attempt)], using)
+    events = [Exhausted(job=job, error=error, attempt=job.attempt)]
+    follow_ups.enqueue_for(events, using)
+    dispatch_on_commit(events, using)
     return job
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, cast, overload
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from awa_django.client import callbacks, inserts, queues, schedules, unique
+from awa_django.client import callbacks, follow_ups, inserts, queues, schedules, unique
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.rows import (
@@ -190,13 +190,15 @@ class Client:
         return rows[0] if rows else None
 
     def cancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
-        """`cancel` for many jobs in one statement; returns the rows it cancelled."""
+        """`cancel` for many jobs in one statement; returns the rows it cancelled. Their
+        `on_cancelled_enqueue` follow-ups are inserted in the same transaction."""
         ids = sorted(set(job_ids))
         with transaction.atomic(using=self.using):
             rows = admin_sql.job_cancel_many(ids=ids).run(self.using)
             if rows:
                 leases_sql.lease_delete_for_jobs(ids=[r.id for r in rows]).run(self.using)
             events = [Cancelled(job=r, reason="cancelled by operator") for r in rows]
+            follow_ups.enqueue_for(events, self.using)
             dispatch_on_commit(events, self.using)
         return rows
 

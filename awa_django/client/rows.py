@@ -246,6 +246,17 @@ def plan_many(jobs: Iterable[Any], options: EnqueueOptions) -> BulkRows:
     return bulk  # not a single key to compute: the plain bulk insert's rows, at its speed
 
 
+def plan_rows(jobs: Sequence[tuple[Any, EnqueueOptions]]) -> BulkRows:
+    """Rows for jobs that each carry their own options (follow-up jobs), for one bulk
+    insert; checked exactly as `enqueue` checks one job."""
+    rows = [plan_one(args, options) for args, options in jobs]
+    channels = sorted({c for t, _ in rows for c in t.channels})
+    bulk = _columns(rows, channels)
+    if any(t.unique is not None for t, _ in rows):
+        return _with_keys(bulk, rows)
+    return bulk
+
+
 def _with_keys(bulk: BulkRows, rows: list[tuple[JobTemplate, str]]) -> BulkRows:
     now = timezone.now()  # one instant buckets every row without run_at
     return dataclasses.replace(

@@ -20,10 +20,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from awa_django.client import follow_ups
 from awa_django.codec import decode_args, dumps
-from awa_django.conf import QueueConfig
-from awa_django.events import Completed, Event, Started
-from awa_django.exceptions import AwaError, OutcomeNotStored, StaleAttempt, UnknownJobKind
+from awa_django.conf import QueueConfig, awa_settings
+from awa_django.events import Completed, Event, Exhausted, Retried, Started
+from awa_django.exceptions import (
+    AwaError,
+    FollowUpFailed,
+    OutcomeNotStored,
+    StaleAttempt,
+    UnknownJobKind,
+)
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import (
     Transition,
@@ -53,14 +60,32 @@ class Completion:
     row: JobSnapshot
     result_json: str | None
 
-    def query(self) -> Query[list[JobSnapshot]]:
-        return jobs_sql.job_complete_many(
-            ids=[self.row.id], leases=[self.row.run_lease], results=[self.result_json]
+    def query(self) -> Query[JobSnapshot | None]:
+        """This completion alone (the schedulers that do not batch it)."""
+        return jobs_sql.job_complete_one(
+            id=self.row.id, run_lease=self.row.run_lease, result=self.result_json
         )
 
 
-Step = Query[Any] | Completion
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A guarded transition and the follow-up jobs its event asks for, written in one
+    transaction (decision 015): `query` first; if it matched a row, the insert that
+    `follow_ups()` plans from that row's event. The answer is the committed row, or None
+    when the outcome is stale (then nothing is inserted). A builder that fails raises
+    FollowUpFailed out of the step, its transaction rolled back."""
+
+    query: Query[JobSnapshot | None]
+    event: Callable[[JobSnapshot], Event]
+
+    def follow_ups(self, row: JobSnapshot) -> Query[list[int | None]] | None:
+        return follow_ups.insert([self.event(row)])
+
+
+Step = Query[Any] | Completion | Outcome
 Steps = Generator[Step, Any, T]
+# What a step may raise that the steps themselves decide about (thrown back into them).
+REFUSALS = (OutcomeNotStored, FollowUpFailed)
 
 
 # -- claim and start ----------------------------------------------------------------------
@@ -87,6 +112,12 @@ def load_handler(job: JobContext[Any]) -> JobDefinition:
     return definition
 
 
+def runs_atomic(definition: JobDefinition, job: JobContext[Any]) -> bool:
+    """Whether this attempt runs atomically: `@job(atomic=...)`, else its queue's default
+    (docs/exactly-once.md)."""
+    return definition.runs_atomic(awa_settings().queue(job.queue).atomic)
+
+
 # -- outcome ------------------------------------------------------------------------------
 def outcome_of_result(job: JobContext[Any], result: Any) -> Transition | None:
     """What a handler that returned `result` asks for (None: a plain completion)."""
@@ -106,43 +137,90 @@ def outcome_of_error(
 
 
 def finish(
-    job: JobContext[Any], transition: Transition | None, seconds: float, max_result_bytes: int
+    job: JobContext[Any],
+    transition: Transition | None,
+    seconds: float,
+    max_result_bytes: int,
+    *,
+    atomic: bool = False,
 ) -> Steps[list[Event]]:
     """Write the attempt's outcome, guarded by its run_lease; the events to dispatch once
-    it committed (none when the outcome was stale)."""
+    it committed (none when the outcome was stale).
+
+    `atomic`: the steps run inside the handler's own transaction (`execution/atomic.py`),
+    so what would otherwise be decided here ends it instead, to be rolled back with the
+    handler's writes: a stale outcome raises StaleAttempt, a refused one its error."""
     if transition is None:
         try:
-            completion = Completion(job.row, result_as_json(job, max_result_bytes))
-            applied = yield completion
-        except AwaError as exc:  # the codec or the database refused the result
+            result_json = result_as_json(job, max_result_bytes)
+        except AwaError as exc:  # the codec refused the result
+            if atomic:
+                raise
             # The same value would be refused on every retry: the job fails for good.
-            transition = unstorable(exc)
-        else:
-            if applied is None:
-                return _stale(job)
-            return [Completed(job=applied, duration=timedelta(seconds=seconds))]
-    return (yield from _transition(job, transition))
+            return (yield from _transition(job, unstorable(exc)))
+        return (yield from _complete(job, result_json, seconds, atomic))
+    return (yield from _transition(job, transition, atomic=atomic))
 
 
-def _transition(job: JobContext[Any], transition: Transition) -> Steps[list[Event]]:
+def _complete(
+    job: JobContext[Any], result_json: str | None, seconds: float, atomic: bool
+) -> Steps[list[Event]]:
+    duration = timedelta(seconds=seconds)
+    completion = Completion(job.row, result_json)
+    # Only a kind with completion follow-ups leaves the batch: its inserts need the
+    # completion's own transaction (decision 015).
+    wants = follow_ups.wanted(Completed, job.kind)
+    step: Step = completion
+    if wants:
+        step = Outcome(completion.query(), lambda r: Completed(job=r, duration=duration))
     try:
-        row = yield _set_state(job, transition)
-    except OutcomeNotStored as exc:
+        applied = yield step
+    except REFUSALS as exc:
+        if atomic:
+            raise
+        return (yield from _transition(job, _refused(job, exc)))
+    if applied is None:
+        return _stale(job, atomic)
+    return [Completed(job=applied, duration=duration)]
+
+
+def _refused(job: JobContext[Any], exc: BaseException) -> Transition:
+    """What follows an outcome the database or a follow-up builder refused."""
+    if isinstance(exc, FollowUpFailed):
+        # Like a handler error: retried with backoff, exhausted on the last attempt.
+        return plan_failure(job.row, exc)
+    logger.warning("job %s: the database refused its outcome: %s", job.id, exc)
+    return unstorable(exc)
+
+
+def _transition(
+    job: JobContext[Any], transition: Transition, *, atomic: bool = False, built: bool = True
+) -> Steps[list[Event]]:
+    query = _set_state(job, transition)
+    wants = built and transition.event is not None and follow_ups.wanted(transition.event, job.kind)
+    try:
+        row = yield Outcome(query, lambda r: event_for(transition, r)) if wants else query
+    except REFUSALS as exc:
+        if atomic:
+            raise
         if transition.error_type == _NOT_STORED:
             raise  # even the bare failure was refused: rescue ends the attempt
-        logger.warning("job %s: the database refused its outcome: %s", job.id, exc)
-        return (yield from _transition(job, unstorable(exc)))
+        if isinstance(exc, FollowUpFailed) and transition.event in (Retried, Exhausted):
+            # A failure cannot fail again: it is written without its follow-ups, so the
+            # job still leaves `running` (the builder's error is logged; decision 015).
+            return (yield from _transition(job, transition, built=False))
+        return (yield from _transition(job, _refused(job, exc)))
     if row is not None:
         return [event_for(transition, row)] if transition.event is not None else []
     if transition.callback_id is None:
-        return _stale(job)
+        return _stale(job, atomic)
     # The park matched nothing: either the callback was resolved before the park landed
     # (stale), or the handler returned a token that is not the job's current callback.
     current = yield jobs_sql.job_get(id=job.id)
     violation = after_refused_park(job.row, current)
     if violation is None:
-        return _stale(job)
-    return (yield from _transition(job, violation))
+        return _stale(job, atomic)
+    return (yield from _transition(job, violation, atomic=atomic))
 
 
 _NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
@@ -165,7 +243,9 @@ def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]
     )
 
 
-def _stale(job: JobContext[Any]) -> list[Event]:
+def _stale(job: JobContext[Any], atomic: bool = False) -> list[Event]:
+    if atomic:  # rolls the handler's writes back with it (execution/atomic.py)
+        raise StaleAttempt(f"job {job.id} is no longer running under run_lease {job.run_lease}")
     logger.info(
         "outcome of job %s (run_lease %s) is stale: it was rescued, cancelled or "
         "resolved meanwhile; ignored",
@@ -217,14 +297,15 @@ def flush_progress(job: JobContext[Any]) -> Steps[None]:
 
 # -- drivers ------------------------------------------------------------------------------
 def drive(steps: Steps[T], execute: Callable[[Step], Any]) -> T:
-    """Run `steps` to the end, executing each step synchronously. A step's
-    `OutcomeNotStored` is thrown back into the steps, which decide what follows."""
+    """Run `steps` to the end, executing each step synchronously. A step's refusal
+    (`OutcomeNotStored`, `FollowUpFailed`) is thrown back into the steps, which decide
+    what follows."""
     try:
         step = next(steps)
         while True:
             try:
                 answer = execute(step)
-            except OutcomeNotStored as exc:
+            except REFUSALS as exc:
                 step = steps.throw(exc)
             else:
                 step = steps.send(answer)
@@ -240,7 +321,7 @@ async def adrive(steps: Steps[T], execute: Callable[[Step], Awaitable[Any]]) -> 
         while True:
             try:
                 answer = await execute(step)
-            except OutcomeNotStored as exc:
+            except REFUSALS as exc:
                 step = steps.throw(exc)
             else:
                 step = steps.send(answer)

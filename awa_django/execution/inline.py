@@ -11,17 +11,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import DataError, IntegrityError, connections, transaction
+from django.db import connections, transaction
 from psycopg.pq import TransactionStatus
 
 from awa_django.conf import awa_settings
 from awa_django.events import Event
-from awa_django.exceptions import AwaError, OutcomeNotStored
-from awa_django.execution import attempt
+from awa_django.exceptions import AwaError
+from awa_django.execution import atomic, attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
 from awa_django.registry import dispatch as hooks
@@ -91,12 +90,17 @@ class InlineRunner:
         self._emit([attempt.started(job)])
         started = time.monotonic()
         transition = self._run_handler(job)
+        if isinstance(transition, atomic.Committed):
+            self._emit(transition.events)
+            return
         steps = attempt.finish(job, transition, time.monotonic() - started, self.max_result_bytes)
         self._emit(attempt.drive(steps, self._execute_step))
 
-    def _run_handler(self, job: JobContext[Any]) -> Transition | None:
+    def _run_handler(self, job: JobContext[Any]) -> Transition | atomic.Committed | None:
         try:
             definition = attempt.load_handler(job)
+            if attempt.runs_atomic(definition, job):
+                return atomic.run(job, definition.handler, self.using, self.max_result_bytes)
             result = self._call(definition.handler, job)
         except (Exception, SystemExit) as exc:
             # SystemExit fails the job, as in the worker. A KeyboardInterrupt is left to
@@ -132,18 +136,7 @@ class InlineRunner:
         return result
 
     def _execute_step(self, step: attempt.Step) -> Any:
-        query = step.query() if isinstance(step, attempt.Completion) else step
-        # Inside the caller's transaction, a savepoint keeps it usable after a refused
-        # write; in autocommit a refused statement leaves nothing to repair.
-        in_transaction = connections[self.using].in_atomic_block
-        try:
-            with transaction.atomic(using=self.using) if in_transaction else nullcontext():
-                answer = query.run(self.using)
-        except (DataError, IntegrityError) as exc:
-            raise OutcomeNotStored(str(exc).strip()) from exc
-        if isinstance(step, attempt.Completion):
-            return answer[0] if answer else None
-        return answer
+        return atomic.execute_step(self.using, step)
 
     def _emit(self, events: list[Event]) -> None:
         """Dispatch once the caller's outermost transaction commits (at once in autocommit).

@@ -46,10 +46,30 @@ class JobDefinition:
     max_attempts: int
     priority: int
     unique: UniqueOpts | None = None  # the default of every enqueue of this kind
+    # True/False as declared; None: the queue's `atomic` default (def handlers only).
+    atomic: bool | None = None
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.handler)
+
+    def runs_atomic(self, queue_default: bool) -> bool:
+        """Whether an attempt runs in one transaction with its completion: the declared
+        `atomic`, else the default of the job's queue, which async handlers never take."""
+        if self.atomic is not None:
+            return self.atomic
+        return queue_default and not self.is_async
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUpRegistration:
+    """A builder of follow-up jobs for one kind and one outcome event
+    (`on_completed_enqueue` & co.); `args_type` decodes the job's args for it."""
+
+    kind: str
+    event: type[Event]
+    build: Callable[[Any, Any], Any]
+    args_type: type
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +96,8 @@ class Registry:
         self._started = False
         self._resolvers: list[Callable[[str], JobDefinition | None]] = []
         self._schedules: dict[str, ScheduleDefinition] = {}
+        # Replaced, never mutated, like the hooks; keyed by (kind, event type).
+        self._follow_ups: dict[tuple[str, type[Event]], tuple[FollowUpRegistration, ...]] = {}
         self._lock = threading.Lock()
 
     # -- handlers ---------------------------------------------------------------------
@@ -170,6 +192,36 @@ class Registry:
     def clear_hooks(self) -> None:
         with self._lock:
             self._hooks = ()
+
+    # -- follow-up builders (registry/follow_ups.py) ------------------------------------
+    def add_follow_up(self, registration: FollowUpRegistration) -> None:
+        key = (registration.kind, registration.event)
+        with self._lock:
+            follow_ups = dict(self._follow_ups)
+            follow_ups[key] = (*follow_ups.get(key, ()), registration)
+            self._follow_ups = follow_ups
+
+    def follow_ups_for(
+        self, kind: str, event_type: type[Event]
+    ) -> tuple[FollowUpRegistration, ...]:
+        """The builders of `kind` for `event_type`, in registration order (a dict lookup:
+        the worker asks it for every outcome)."""
+        return self._follow_ups.get((kind, event_type), ())
+
+    def follow_ups(self) -> list[FollowUpRegistration]:
+        return [r for registrations in self._follow_ups.values() for r in registrations]
+
+    def clear_follow_ups(self) -> None:
+        with self._lock:
+            self._follow_ups = {}
+
+    def remove_follow_up(self, registration: FollowUpRegistration) -> None:
+        key = (registration.kind, registration.event)
+        with self._lock:
+            follow_ups = dict(self._follow_ups)
+            kept = tuple(r for r in follow_ups.get(key, ()) if r is not registration)
+            follow_ups[key] = kept
+            self._follow_ups = follow_ups
 
     # -- lifecycle ----------------------------------------------------------------------
     def mark_started(self, started: bool = True) -> None:

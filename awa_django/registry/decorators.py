@@ -17,7 +17,7 @@ from awa_django.conf import (
     validate_queue_name,
 )
 from awa_django.events import Event
-from awa_django.exceptions import InvalidEnqueueOption
+from awa_django.exceptions import InvalidEnqueueOption, InvalidJobDeclaration
 from awa_django.options import check_kind, check_max_attempts, check_priority
 from awa_django.registry import (
     HookRegistration,
@@ -45,6 +45,7 @@ def job(
     priority: int = DEFAULT_PRIORITY,
     kind: str | None = None,
     unique: UniqueOpts | None = None,
+    atomic: bool | None = None,
 ) -> Callable[[Callable[[JobContext[A]], R]], Callable[[JobContext[A]], R]]:
     """Register the decorated function as the handler of `args_type`'s kind.
 
@@ -56,6 +57,11 @@ def job(
     InvalidQueueName), so a bad one fails at import, not at every enqueue. `unique`
     (a UniqueOpts) makes every enqueue of this kind unique unless the call passes its own
     `unique=` (or `unique=False` to opt out).
+
+    `atomic=True` runs a `def` handler inside `transaction.atomic()` on the job's database
+    and writes its completion in that transaction: its database writes count once
+    (docs/exactly-once.md). None takes the queue's `"atomic"` default. An `async def`
+    handler cannot be atomic: `atomic=True` on one raises InvalidJobDeclaration.
     """
     validate_args_type(args_type)
     validate_queue_name(queue)
@@ -64,13 +70,23 @@ def job(
     if unique is not None and not isinstance(unique, UniqueOpts):
         raise InvalidEnqueueOption(f"@job(unique=...) takes a UniqueOpts, got {unique!r:.100}")
     job_kind = check_kind(kind) if kind is not None else check_kind(kind_for(args_type))
+    if atomic is not None and not isinstance(atomic, bool):
+        raise InvalidJobDeclaration(f"@job(atomic=...) takes True or False, got {atomic!r:.100}")
     if kind:
         args_type.__awa_kind__ = kind  # type: ignore[attr-defined]
 
     def register(handler: Callable[[JobContext[A]], R]) -> Callable[[JobContext[A]], R]:
-        registry.add_job(
-            JobDefinition(job_kind, args_type, handler, queue, max_attempts, priority, unique)
+        definition = JobDefinition(
+            job_kind, args_type, handler, queue, max_attempts, priority, unique, atomic
         )
+        if atomic and definition.is_async:
+            raise InvalidJobDeclaration(
+                f"@job({args_type.__name__}, atomic=True) decorates the async handler "
+                f"{handler.__qualname__}: Django's transaction.atomic() cannot span an async "
+                "handler's awaits. Make the handler a plain `def` (the worker runs it on a "
+                "thread), or drop atomic=True."
+            )
+        registry.add_job(definition)
         return handler
 
     return register

@@ -24,6 +24,7 @@ from awa_django.conf import AwaSettings, awa_settings
 from awa_django.exceptions import (
     CallbackNotFound,
     DatabaseUnavailable,
+    FollowUpFailed,
     InvalidCallbackOption,
     InvalidSignature,
     PayloadTooLarge,
@@ -102,7 +103,7 @@ _KNOWN_ERRORS = tuple(error for error, _ in _STATUS_OF)
 @csrf_exempt
 def resolve_callback(request: HttpRequest, callback_id: str, action: str) -> JsonResponse:
     """POST <prefix>/<callback_id>/<action>: 200 {"id", "state"} or {"error"} with 400,
-    401, 404, 405, 413, 415 or 503."""
+    401, 404, 405, 413, 415, 500 (a follow-up builder failed; nothing changed) or 503."""
     if request.method != "POST":
         response = _error(405, "use POST")
         response["Allow"] = "POST"
@@ -122,6 +123,11 @@ def resolve_callback(request: HttpRequest, callback_id: str, action: str) -> Jso
         return _error(401, UNAUTHENTICATED)
     except _KNOWN_ERRORS as exc:
         return _error(_status(exc), str(exc))
+    except FollowUpFailed as exc:
+        # A bug of ours, not the sender's: logged here, a plain answer there; nothing
+        # changed, so the sender's retry is safe (decision 015).
+        logger.error("callback %s: %s", callback_id, exc)
+        return _error(500, "the callback's follow-up jobs could not be enqueued; retry later")
     return JsonResponse({"id": job.id, "state": job.state})
 
 

@@ -124,6 +124,14 @@ class Database:
         async with self.pool.connection() as conn:
             return await query.arun(conn)
 
+    async def run_in_transaction(
+        self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
+    ) -> T:
+        """Run `work`'s statements on one pooled connection in one transaction (an outcome
+        and its follow-up jobs): committed if it returns, rolled back if it raises."""
+        async with self.pool.connection() as conn, conn.transaction():
+            return await work(conn)
+
     def connect(self) -> psycopg.Connection[Any]:
         """A dedicated synchronous connection for heartbeats (no WAL flush wait)."""
         return psycopg.connect(**without_flush_wait(self.kwargs))

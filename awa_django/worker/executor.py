@@ -12,7 +12,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -21,11 +21,12 @@ from django.db import close_old_connections
 
 from awa_django.events import Event
 from awa_django.exceptions import OutcomeNotStored, StaleAttempt
-from awa_django.execution import attempt
+from awa_django.execution import atomic, attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
+from awa_django.storage.sql import Statement
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database, retry_transient
@@ -75,16 +76,26 @@ class Executor:
                 transition = await self._run_handler(job)
             finally:
                 release()
-            seconds = time.monotonic() - started
-            steps = attempt.finish(job, transition, seconds, self.max_result_bytes)
-            for event in await attempt.adrive(steps, self._execute_step):
+            if isinstance(transition, atomic.Committed):
+                events = transition.events
+            else:
+                seconds = time.monotonic() - started
+                steps = attempt.finish(job, transition, seconds, self.max_result_bytes)
+                events = await attempt.adrive(steps, self._execute_step)
+            for event in events:
                 self.emit(event)
         finally:
             self.inflight.remove(job)
 
-    async def _run_handler(self, job: JobContext[Any]) -> Transition | None:
+    async def _run_handler(self, job: JobContext[Any]) -> Transition | atomic.Committed | None:
         try:
             definition = attempt.load_handler(job)
+            if attempt.runs_atomic(definition, job):
+                # Handler and outcome on the thread's own Django connection, in one
+                # transaction (decision 015); the loop waits without blocking.
+                return await asyncio.get_running_loop().run_in_executor(
+                    self.threads, self._run_atomic, definition.handler, job
+                )
             if definition.is_async:
                 result = await definition.handler(job)
             else:
@@ -98,18 +109,33 @@ class Executor:
             return attempt.outcome_of_error(job, exc, self.unknown_kind_grace)
         return attempt.outcome_of_result(job, result)
 
+    def _run_atomic(
+        self, handler: Callable[[JobContext[Any]], Any], job: JobContext[Any]
+    ) -> Transition | atomic.Committed:
+        close_old_connections()
+        try:
+            return atomic.run(job, handler, self.db.alias, self.max_result_bytes)
+        finally:
+            close_old_connections()
+
     async def _execute_step(self, step: attempt.Step) -> Any:
+        if isinstance(step, attempt.Outcome):
+            return await self._retrying(
+                lambda: self.db.run_in_transaction(lambda conn: _write_outcome(conn, step)),
+                step.query.statement,
+            )
         if isinstance(step, attempt.Completion):
             applied = await self.completer.complete(step.row, step.result_json)
             if applied is not None:
                 self.completed_count += 1
             return applied
+        return await self._retrying(lambda: self.db.run(step), step.statement)
+
+    async def _retrying(self, write: Callable[[], Awaitable[T]], statement: Statement) -> T | None:
         # A database outage is waited out; a forced shutdown gives up (None: the outcome
         # is then treated as stale, and rescue runs the attempt again).
         try:
-            return await retry_transient(
-                lambda: self.db.run(step), f"running {step.statement} for an attempt", self.forced
-            )
+            return await retry_transient(write, f"running {statement} for an attempt", self.forced)
         except (psycopg.DataError, psycopg.IntegrityError) as exc:
             raise OutcomeNotStored(str(exc).strip()) from exc
 
@@ -171,6 +197,14 @@ class Executor:
             coro.close()
             raise RuntimeError(attempt.BLOCKING_FROM_ASYNC)
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+async def _write_outcome(conn: psycopg.AsyncConnection[Any], step: attempt.Outcome) -> Any:
+    """The transition, then its follow-up jobs, on one connection in one transaction."""
+    row = await step.query.arun(conn)
+    if row is not None and (inserts := step.follow_ups(row)) is not None:
+        await inserts.arun(conn)
+    return row
 
 
 def _run_sync(handler: Callable[[JobContext[Any]], Any], job: JobContext[Any]) -> Any:

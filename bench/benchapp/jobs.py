@@ -1,4 +1,4 @@
-"""Benchmark jobs on queue `bench`: no-op handlers (async and sync) and pickup probes that
+"""Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync) and pickup probes that
 record when the handler started in `job.result` (stored in the `result` column)."""
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ class BenchSync:
 
 
 @dataclass
+class BenchAtomic:
+    n: int
+
+
+@dataclass
 class PickupAsync:
     n: int
 
@@ -39,6 +44,13 @@ async def bench_async(job: JobContext[BenchAsync]) -> None:
 
 @awa_django.job(BenchSync, queue=BENCH_QUEUE)
 def bench_sync(job: JobContext[BenchSync]) -> None:
+    return None
+
+
+@awa_django.job(BenchAtomic, queue=BENCH_QUEUE, atomic=True)
+def bench_atomic(job: JobContext[BenchAtomic]) -> None:
+    """A sync no-op whose completion is written in its own transaction on the thread's
+    Django connection (decision 015): the cost of atomic=True alone."""
     return None
 
 

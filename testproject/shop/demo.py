@@ -30,7 +30,14 @@ from awa_django import JobSnapshot
 from awa_django.models import Job
 
 from . import hooks
-from .jobs import DEMO_SCHEDULE, ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
+from .jobs import (
+    DEMO_SCHEDULE,
+    ChargeCard,
+    CreateInvoice,
+    RequestShippingLabel,
+    SendReceipt,
+    SyncInventory,
+)
 
 
 @dataclass(frozen=True)
@@ -39,12 +46,15 @@ class Expected:
     attempt: int
 
 
+INVOICE_ORDER = 1003  # the order whose invoice the atomic handler writes
+
 # What each demo job must end as; the demo fails loudly when the queue disagrees.
 PLAN: list[tuple[Any, Expected]] = [
     (SendReceipt(order_id=1001), Expected("completed", 1)),
     (SyncInventory(sku="SKU-42", fail_times=1), Expected("completed", 2)),
     (ChargeCard(order_id=1002, amount_cents=0), Expected("failed", 1)),
     (RequestShippingLabel(order_id=1001), Expected("completed", 1)),
+    (CreateInvoice(order_id=INVOICE_ORDER, amount_cents=4200), Expected("completed", 1)),
 ]
 
 
@@ -133,6 +143,25 @@ def wait_for_schedule_fire(timeout: float) -> str:
             return f"schedule {DEMO_SCHEDULE} (every 2 s) fired at {when}: job #{job.id}"
         time.sleep(0.1)
     return f"schedule {DEMO_SCHEDULE} did NOT fire within {timeout:.0f} s"
+
+
+def wait_for_invoice_follow_up(timeout: float) -> str:
+    """Wait for the invoice e-mail that the invoice's completion enqueued; the line to
+    print, with the invoice rows (one: written in the completion's transaction)."""
+    from .models import Invoice
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        emails = Job.objects.filter(kind="email_invoice", args__order_id=INVOICE_ORDER)
+        if (email := emails.order_by("id").first()) and email.state == "completed":
+            rows = Invoice.objects.filter(order_id=INVOICE_ORDER).count()
+            return (
+                f"atomic create_invoice wrote {rows} invoice row for order {INVOICE_ORDER} "
+                f"with its completion, which enqueued email_invoice #{email.id} (completed, "
+                f"{emails.count()} in all)"
+            )
+        time.sleep(0.1)
+    return f"the invoice e-mail of order {INVOICE_ORDER} did NOT complete within {timeout:.0f} s"
 
 
 def remove_demo_schedule() -> None:

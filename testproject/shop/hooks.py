@@ -2,7 +2,8 @@
 
 `log_event` prints one line per event of every shop job (the demo collects these lines
 from the worker's output); `alert_ops` shows a typed hook: `event.args` is a `ChargeCard`.
-Hooks are best-effort notifications; durable follow-up work belongs in a job.
+Hooks are best-effort notifications; durable follow-up work belongs in a job, which
+`on_completed_enqueue` writes in the completion's own transaction (`email_the_invoice`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from datetime import UTC, datetime
 import awa_django
 from awa_django import Completed, Event, Exhausted, Rescued, Retried, WaitingForCallback
 
-from .jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
+from .jobs import (
+    ChargeCard,
+    CreateInvoice,
+    EmailInvoice,
+    RequestShippingLabel,
+    SendReceipt,
+    SyncInventory,
+)
 
 PREFIX = "[shop hook]"
 # Lines of the events this process saw, for the demo command (list.append is thread-safe).
@@ -58,7 +66,20 @@ def alert_ops(event: Event[ChargeCard]) -> None:
     emit(f"ops alert: charging order {order.order_id} failed for good")
 
 
+def email_the_invoice(args: CreateInvoice, done: Completed[CreateInvoice]) -> list[EmailInvoice]:
+    """The follow-up of a committed invoice: inserted in the completion's transaction."""
+    return [EmailInvoice(order_id=args.order_id)]
+
+
 def register() -> None:
-    for args_type in (SendReceipt, SyncInventory, ChargeCard, RequestShippingLabel):
+    for args_type in (
+        SendReceipt,
+        SyncInventory,
+        ChargeCard,
+        RequestShippingLabel,
+        CreateInvoice,
+        EmailInvoice,
+    ):
         awa_django.on_event(args_type, log_event)
     awa_django.on_event(ChargeCard, alert_ops, events={Exhausted})
+    awa_django.on_completed_enqueue(CreateInvoice, email_the_invoice)

@@ -1,6 +1,7 @@
 """Example jobs of the demo shop: one succeeds (and is unique: a duplicate is refused), one
 retries then succeeds, one fails for good, one parks until an outside system (the carrier)
-calls back, and a stock report runs on a cron schedule."""
+calls back, a stock report runs on a cron schedule, and an atomic handler writes an invoice
+row that commits with its completion, which enqueues the invoice e-mail (hooks.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,17 @@ class ChargeCard:
 class RequestShippingLabel:
     order_id: int
     carrier: str = "parcelco"
+
+
+@dataclass
+class CreateInvoice:
+    order_id: int
+    amount_cents: int
+
+
+@dataclass
+class EmailInvoice:
+    order_id: int
 
 
 @dataclass
@@ -84,3 +96,18 @@ def request_shipping_label(job: JobContext[RequestShippingLabel]) -> awa_django.
     token = job.register_callback(timeout=600)
     job.update_metadata({"carrier": job.args.carrier, "callback_id": str(token.id)})
     return awa_django.WaitForCallback(token)
+
+
+# atomic=True: the invoice row and the job's completion commit together. Were this attempt
+# rescued and run again elsewhere (a paused worker), only one attempt's row would survive,
+# and the EmailInvoice follow-up (hooks.py) exists iff the completion committed.
+@awa_django.job(CreateInvoice, atomic=True)
+def create_invoice(job: JobContext[CreateInvoice]) -> None:
+    from .models import Invoice
+
+    Invoice.objects.create(order_id=job.args.order_id, amount_cents=job.args.amount_cents)
+
+
+@awa_django.job(EmailInvoice, queue="email")
+def email_invoice(job: JobContext[EmailInvoice]) -> None:
+    job.set_progress(100, f"invoice for order {job.args.order_id} e-mailed")

@@ -23,6 +23,13 @@ class TestJobsConfig(AppConfig):
         awa_django.on_event_kind("acc_unstorable_error", record_hook)
         awa_django.on_event_kind("acc_hooked", paced_hook, events={awa_django.Completed})
         awa_django.on_event_kind("acc_rolling", record_hook)
+        awa_django.on_event_kind("acc_atomic_invoice", record_hook)
+        awa_django.on_event_kind("acc_followed", record_hook)
+
+        from .jobs import AccAtomicInvoice, AccFollowed, AccNoop
+
+        awa_django.on_completed_enqueue(AccAtomicInvoice, lambda a, _: [AccNoop(a.order_id)])
+        awa_django.on_completed_enqueue(AccFollowed, lambda a, _: [AccNoop(a.n)])
 
 
 def sleepy_hook(event: object) -> None:

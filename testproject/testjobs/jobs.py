@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -227,3 +228,63 @@ if os.environ.get("AWA_TEST_CRON") == "1":
     awa_django.periodic(
         CRON_EVERY_SECOND, "* * * * * *", AccNoop(n=-1), missed_fire_policy="catch_up"
     )
+
+
+# -- exactly-once effects (tests/acceptance/test_atomic_worker.py) --------------------------
+
+
+def record_outside(job: JobContext[Any]) -> None:
+    """`record`, committed at once on another thread's connection: evidence that outlives
+    the rollback of an atomic handler's transaction."""
+
+    def write() -> None:
+        try:
+            record(job)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join()
+
+
+@dataclass
+class AccAtomicInvoice:
+    """Writes an Invoice row, records the execution outside its transaction, sleeps
+    `seconds` (cooperatively), then raises if `fail`. Its completion enqueues
+    `AccNoop(order_id)` (a follow-up registered in apps.py)."""
+
+    order_id: int
+    seconds: float = 0.0
+    fail: bool = False
+
+
+@awa_django.job(AccAtomicInvoice, queue="acc", atomic=True)
+def acc_atomic_invoice(job: JobContext[AccAtomicInvoice]) -> None:
+    from .models import Invoice
+
+    Invoice.objects.create(
+        order_id=job.args.order_id, job_id=job.id, run_lease=job.run_lease, pid=os.getpid()
+    )
+    record_outside(job)
+    deadline = time.monotonic() + job.args.seconds
+    while time.monotonic() < deadline and not job.is_cancelled():
+        time.sleep(0.02)
+    if job.args.fail:
+        raise RuntimeError("failed after writing its invoice")
+
+
+@dataclass
+class AccFollowed:
+    """A plain (not atomic) AccSleep whose completion enqueues `AccNoop(n)` (apps.py)."""
+
+    n: int
+    seconds: float = 0.0
+
+
+@awa_django.job(AccFollowed, queue="acc")
+def acc_followed(job: JobContext[AccFollowed]) -> None:
+    record(job)
+    deadline = time.monotonic() + job.args.seconds
+    while time.monotonic() < deadline and not job.is_cancelled():
+        time.sleep(0.02)

@@ -25,3 +25,15 @@ class HookCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} for job {self.job_id}"
+
+
+class Invoice(models.Model):
+    """A row an atomic handler writes: the tests count them (exactly-once effects)."""
+
+    order_id = models.BigIntegerField(db_index=True)
+    job_id = models.BigIntegerField()
+    run_lease = models.BigIntegerField()
+    pid = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"invoice for order {self.order_id} (job {self.job_id} lease {self.run_lease})"

@@ -28,7 +28,13 @@ from awa_django.storage.models import CronSchedule, Job
 from awa_django.web.signing import callback_url, sign_callback_request
 from testproject.shop import hooks
 from testproject.shop.demo import database_url
-from testproject.shop.jobs import ChargeCard, RequestShippingLabel, SendReceipt, SyncInventory
+from testproject.shop.jobs import (
+    ChargeCard,
+    CreateInvoice,
+    RequestShippingLabel,
+    SendReceipt,
+    SyncInventory,
+)
 
 
 @contextmanager
@@ -116,6 +122,28 @@ def test_shipping_label_waits_for_the_signed_carrier_callback(django_capture_on_
     assert post_callback(callback_id, "complete", {})[0] == 404
 
 
+@pytest.mark.django_db
+def test_create_invoice_writes_its_row_with_the_completion_and_enqueues_the_email():
+    from testproject.shop.models import Invoice
+
+    job = run_job(CreateInvoice(order_id=77, amount_cents=990))
+    assert job.state == "completed"
+    assert list(Invoice.objects.values_list("order_id", "amount_cents")) == [(77, 990)]
+    (email,) = Job.objects.filter(kind="email_invoice")
+    assert (email.args, email.queue) == ({"order_id": 77}, "email")
+
+
+@pytest.mark.django_db
+def test_a_failing_invoice_leaves_no_row_and_no_email():
+    from testproject.shop.models import Invoice
+
+    Invoice.objects.create(order_id=78, amount_cents=1)  # the unique order_id then collides
+    job = run_job(CreateInvoice(order_id=78, amount_cents=990))
+    assert job.state == "retryable" and "IntegrityError" in job.errors[-1]["error"]
+    assert Invoice.objects.filter(order_id=78).count() == 1
+    assert not Job.objects.filter(kind="email_invoice").exists()
+
+
 @pytest.mark.acceptance
 @pytest.mark.timeout(180)
 @pytest.mark.django_db(transaction=True)
@@ -131,6 +159,8 @@ def test_demo_command_runs_every_example_job_through_a_worker():
     assert "duplicate SendReceipt(order_id=1001" in text and "refused: job" in text
     assert "ops alert: charging order 1002 failed for good" in text
     assert "schedule shop-stock-report (every 2 s) fired at" in text
+    assert "atomic create_invoice wrote 1 invoice row for order 1003 with its completion" in text
+    assert "(completed, 1 in all)" in text
     assert not CronSchedule.objects.exists()  # the demo removes its schedule afterwards
     states = dict(Job.objects.filter(tags__contains=["demo"]).values_list("kind", "state"))
     assert states == {
@@ -138,6 +168,7 @@ def test_demo_command_runs_every_example_job_through_a_worker():
         "sync_inventory": "completed",
         "charge_card": "failed",
         "request_shipping_label": "completed",
+        "create_invoice": "completed",
     }
     assert get_user_model().objects.get(username="admin").is_superuser
 

@@ -373,6 +373,23 @@ def test_job_complete_many_is_one_statement(django_assert_num_queries: Any) -> N
         assert len(complete([(r.id, r.run_lease) for r in claimed])) == 20
 
 
+# -- job_complete_one ---------------------------------------------------------------------
+def test_job_complete_one_applies_a_matching_attempt_only() -> None:
+    job, other = running(progress={"percent": 50.0}), running()
+    assert run(jobs_sql.job_complete_one, id=job.id, run_lease=99, result=None) is None
+    assert snapshot(job.id)["state"] == "running"
+    done = run(jobs_sql.job_complete_one, id=job.id, run_lease=job.run_lease, result='{"ok": 1}')
+    assert done is not None and (done.id, done.state, done.result) == (
+        job.id,
+        "completed",
+        {"ok": 1},
+    )
+    stored = snapshot(job.id)
+    assert (stored["progress"], stored["finalized_at"]) == (None, transaction_now())
+    assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [other.id]
+    assert run(jobs_sql.job_complete_one, id=job.id, run_lease=job.run_lease, result=None) is None
+
+
 # -- job_set_state_if_running -------------------------------------------------------------
 def test_job_set_state_if_running_retry_with_backoff() -> None:
     row = running()
@@ -1062,6 +1079,14 @@ def test_job_complete_many_plan_uses_the_primary_key() -> None:
     plan = explain(
         jobs_sql.job_complete_many, ids=ids, leases=[1] * len(ids), results=[None] * len(ids)
     )
+    assert "awa_jobs_hot_pkey" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+
+
+@pytest.mark.usefixtures("big_table")
+def test_job_complete_one_plan_uses_the_primary_key() -> None:
+    job_id = Job.objects.filter(state="running").values_list("id", flat=True)[0]
+    plan = explain(jobs_sql.job_complete_one, id=job_id, run_lease=1, result=None)
     assert "awa_jobs_hot_pkey" in plan, plan
     assert "Seq Scan on awa_jobs_hot" not in plan, plan
 

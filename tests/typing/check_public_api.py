@@ -122,3 +122,33 @@ def client_usages(client: Client) -> None:
     client.cancel_by_unique_key(SendReceipt, args=SendReceipt(order_id=1), period_bucket=3)
     client.cancel_by_unique_key("send_receipt", queue="email")
     client.pause_queue("email", "ops")  # E: call-arg
+
+
+# -- exactly-once effects: atomic handlers and typed follow-up builders (decision 015) ---------
+@awa_django.job(Refund, atomic=True)
+def refund_atomically(job: JobContext[Refund]) -> None:
+    print(job.args.reason)
+
+
+@awa_django.job(Refund, atomic="yes")  # E: arg-type
+def refund_sloppily(job: JobContext[Refund]) -> None: ...
+
+
+def receipt_then_refund(
+    args: SendReceipt, done: awa_django.Completed[SendReceipt]
+) -> list[awa_django.FollowUp]:
+    return [awa_django.follow_up(Refund(reason=f"order {args.order_id}"), queue="email")]
+
+
+def retried_note(args: SendReceipt, retried: awa_django.Retried[SendReceipt]) -> list[Refund]:
+    return [Refund(reason=f"{retried.attempt}: {retried.error}, next {retried.next_run_at}")]
+
+
+def wrong_builder(args: Refund, done: awa_django.Completed[Refund]) -> None: ...
+
+
+awa_django.on_completed_enqueue(SendReceipt, receipt_then_refund)
+awa_django.on_retried_enqueue(SendReceipt, retried_note)
+awa_django.on_completed_enqueue(SendReceipt, wrong_builder)  # E: arg-type
+awa_django.on_exhausted_enqueue(SendReceipt, receipt_then_refund)  # E: arg-type
+awa_django.follow_up(Refund(reason="x"), prority=1)  # E: call-arg

@@ -105,8 +105,19 @@ def test_queues_must_be_a_non_empty_mapping(raw: Any) -> None:
 
 
 def test_queue_option_typo_lists_allowed_keys() -> None:
-    with pytest.raises(ImproperlyConfigured, match="allowed keys are concurrency and deadline"):
+    with pytest.raises(ImproperlyConfigured, match="keys are concurrency, deadline and atomic"):
         settings_from({"QUEUES": {"a": {"concurency": 2}}})
+
+
+def test_queue_atomic_default_is_parsed() -> None:
+    queues = settings_from({"QUEUES": {"a": {"atomic": True}, "b": {}}}).queues
+    assert (queues["a"].atomic, queues["b"].atomic) == (True, False)
+
+
+@pytest.mark.parametrize("value", [1, "yes", None, 0.0])
+def test_queue_atomic_must_be_a_bool(value: Any) -> None:
+    with pytest.raises(ImproperlyConfigured, match=r'\["atomic"\] must be True or False'):
+        settings_from({"QUEUES": {"a": {"atomic": value}}})
 
 
 @pytest.mark.parametrize("options", [{"concurrency": 0}, {"deadline": -1}])

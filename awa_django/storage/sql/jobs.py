@@ -275,6 +275,35 @@ def job_complete_many(
     return Query(JOB_COMPLETE_MANY, {"ids": ids, "leases": leases, "results": results}, query.jobs)
 
 
+# Params: id, run_lease, result (json text or NULL). job_complete_many for one attempt that
+# is not batched: an atomic handler's completion (in its own transaction, on Django's
+# connection, which does not prepare statements: no unnest to plan each time), a completion
+# with follow-up jobs, the inline runner's. Guard and lease release as job_complete_many.
+# Index: primary key. No row = stale.
+JOB_COMPLETE_ONE = Statement(
+    "job_complete_one",
+    f"""
+WITH finished AS (
+    UPDATE awa_jobs_hot
+    SET state = 'completed', finalized_at = now(), progress = NULL,
+        result = %(result)s::jsonb
+    WHERE id = %(id)s AND run_lease = %(run_lease)s AND state = 'running'
+    RETURNING {JOB_COLUMNS}
+), released AS (
+    DELETE FROM awa_active_leases l USING finished f
+    WHERE l.job_id = f.id AND l.run_lease = f.run_lease
+)
+SELECT * FROM finished
+""",
+)
+
+
+def job_complete_one(*, id: int, run_lease: int, result: str | None) -> Query[JobSnapshot | None]:
+    """The committed row, or None when the completion is stale."""
+    params = {"id": id, "run_lease": run_lease, "result": result}
+    return Query(JOB_COMPLETE_ONE, params, query.first_job)
+
+
 # One guarded statement for every non-batched attempt outcome (retry, RetryAfter, snooze,
 # cancel, fail, park). Params: id, run_lease, state (target), run_at_mode ('keep' |
 # 'delay' | 'backoff'), delay_seconds, attempt_refund (1 for Snooze, else 0),

@@ -1,12 +1,14 @@
 """Rescues attempts whose heartbeat went stale or whose deadline passed, and parked jobs
 whose callback timed out; emits `Rescued` for each in this (the leader's) process, then
-`Exhausted` for a job whose last attempt it was (attempts are a hard bound, decision 009)."""
+`Exhausted` for a job whose last attempt it was (attempts are a hard bound, decision 009),
+and inserts their follow-up jobs, best-effort, once the rescue committed (decision 015)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
+from awa_django.client import follow_ups
 from awa_django.events import Event, Exhausted, Rescued
 from awa_django.snapshot import JobSnapshot
 from awa_django.states import JobState
@@ -36,12 +38,25 @@ class Rescuer:
         ]
         for reason, row in rescued:
             logger.warning("rescued job %s (%s): %s", row.id, row.kind, reason)
-            self.emit(Rescued(job=row, reason=reason))
+            events: list[Event] = [Rescued(job=row, reason=reason)]
             if row.state == JobState.FAILED:
                 error = row.errors[-1]["error"] if row.errors else reason
-                self.emit(Exhausted(job=row, error=error, attempt=row.attempt))
+                events.append(Exhausted(job=row, error=error, attempt=row.attempt))
+            await self._follow_ups(events)
+            for event in events:
+                self.emit(event)
         await self.db.run(leases_sql.lease_delete_orphans(staleness_seconds=self.staleness))
         return rescued
+
+    async def _follow_ups(self, events: list[Event]) -> None:
+        """Best-effort, after the rescue committed (decision 015): a rescue is a batch of
+        the leader's, and one job's failing builder must not hold the others running."""
+        try:
+            inserts = follow_ups.insert(events)
+            if inserts is not None:
+                await self.db.run(inserts)
+        except Exception:
+            logger.exception("follow-up jobs of rescued job %s were not enqueued", events[0].job.id)
 
     async def _stale_heartbeats(self) -> list[JobSnapshot]:
         return await self.db.run(

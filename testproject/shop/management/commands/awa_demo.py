@@ -43,6 +43,7 @@ class Command(BaseCommand):
             self.say(demo.enqueue_duplicate_receipt())
             finished = demo.wait_until_done(run, worker, options["timeout"], self.say)
             self.say(demo.wait_for_schedule_fire(options["timeout"]))
+            self.say(demo.wait_for_invoice_follow_up(options["timeout"]))
         finally:
             code = worker.stop()
             demo.remove_demo_schedule()
