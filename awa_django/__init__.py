@@ -29,7 +29,10 @@ from awa_django.events import (
 from awa_django.exceptions import (
     AwaError,
     CallbackNotFound,
+    DeadLetterFilterRequired,
+    DeadLetterNotFound,
     InvalidCallbackOption,
+    InvalidDeadLetterQuery,
     InvalidEnqueueOption,
     InvalidJobArgs,
     InvalidQueueName,
@@ -47,7 +50,14 @@ from awa_django.execution.context import JobContext
 from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
 from awa_django.registry.schedules import periodic
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from awa_django.snapshot import JobSnapshot, ScheduleSnapshot
+from awa_django.snapshot import (
+    DeadLetterPage,
+    DeadLetterRetry,
+    DeadLetterSnapshot,
+    JobSnapshot,
+    ScheduleSnapshot,
+)
+from awa_django.states import DeadLetterReason
 from awa_django.unique import EnqueueManyResult, UniqueOpts
 from awa_django.web.signing import callback_url, sign_callback_request
 
@@ -59,10 +69,17 @@ __all__ = [
     "Cancelled",
     "Client",
     "Completed",
+    "DeadLetterFilterRequired",
+    "DeadLetterNotFound",
+    "DeadLetterPage",
+    "DeadLetterReason",
+    "DeadLetterRetry",
+    "DeadLetterSnapshot",
     "EnqueueManyResult",
     "Event",
     "Exhausted",
     "InvalidCallbackOption",
+    "InvalidDeadLetterQuery",
     "InvalidEnqueueOption",
     "InvalidJobArgs",
     "InvalidQueueName",

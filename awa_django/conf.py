@@ -45,6 +45,8 @@ class QueueConfig:
     concurrency: int = 10
     # Hard wall-clock limit per attempt; 0 disables the deadline.
     deadline: float = 300.0
+    # Jobs of this queue that fail for good move to the dead letters (docs/dead-letters.md).
+    dead_letter: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class AwaSettings:
     shutdown_grace: float = 30.0
     completed_retention: float = 24 * 3600.0
     failed_retention: float = 72 * 3600.0
+    # Dead letters are kept this long, then pruned by the leader (docs/dead-letters.md).
+    dead_letter_retention: float = 30 * 86400.0
     max_args_bytes: int = 256 * 1024
     max_result_bytes: int = 256 * 1024
     sync_threads: int | None = None
@@ -94,6 +98,11 @@ class AwaSettings:
     def queue(self, name: str) -> QueueConfig:
         return self.queues.get(name) or QueueConfig(name)
 
+    @property
+    def dead_letter_queues(self) -> tuple[str, ...]:
+        """The queues whose failed jobs move to the dead letters (`"dead_letter": True`)."""
+        return tuple(sorted(name for name, queue in self.queues.items() if queue.dead_letter))
+
     def with_overrides(self, **overrides: Any) -> AwaSettings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -119,6 +128,9 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
+_QUEUE_KEYS = ", ".join(f.name for f in fields(QueueConfig) if f.name != "name")
+
+
 def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
     if isinstance(raw, list | tuple):
         raw = {name: {} for name in raw}
@@ -135,13 +147,18 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
             queue = QueueConfig(name=name, **(options or {}))
         except TypeError as exc:
             raise ImproperlyConfigured(
-                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are concurrency and deadline.'
+                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are {_QUEUE_KEYS}.'
             ) from exc
         if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
             _is_number(queue.deadline) and queue.deadline >= 0
         ):
             raise ImproperlyConfigured(
                 f'AWA["QUEUES"][{name!r}]: concurrency must be >= 1 and deadline >= 0.'
+            )
+        if not isinstance(queue.dead_letter, bool):
+            raise ImproperlyConfigured(
+                f'AWA["QUEUES"][{name!r}]["dead_letter"] must be True or False, '
+                f"got {queue.dead_letter!r:.100}."
             )
         queues[name] = queue
     return queues

@@ -96,6 +96,8 @@ AWA = {
     "QUEUES": {
         "default": {"concurrency": 10},
         "email": {"concurrency": 4, "deadline": 60},
+        # Jobs that fail for good here move to the dead letters (docs/dead-letters.md).
+        "acc-dead": {"concurrency": 4, "dead_letter": True},
     },
     **_callback_secrets(),
     **_hook_backlog(),

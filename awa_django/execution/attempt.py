@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from awa_django.codec import decode_args, dumps
-from awa_django.conf import QueueConfig
+from awa_django.conf import QueueConfig, awa_settings
 from awa_django.events import Completed, Event, Started
 from awa_django.exceptions import AwaError, OutcomeNotStored, StaleAttempt, UnknownJobKind
 from awa_django.execution.context import JobContext
@@ -32,12 +32,14 @@ from awa_django.execution.outcomes import (
     plan,
     plan_failure,
     plan_unknown_kind,
+    routed,
     unstorable,
 )
 from awa_django.registry import JobDefinition, registry
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.query import Query
+from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import jobs as jobs_sql
 
 logger = logging.getLogger("awa_django.worker")
@@ -125,6 +127,7 @@ def finish(
 
 
 def _transition(job: JobContext[Any], transition: Transition) -> Steps[list[Event]]:
+    transition = routed(transition, awa_settings().queue(job.row.queue).dead_letter)
     try:
         row = yield _set_state(job, transition)
     except OutcomeNotStored as exc:
@@ -149,6 +152,17 @@ _NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
 
 
 def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:
+    progress = None if t.error_type == _NOT_STORED else job.progress_json()
+    if t.dead_letter is not None:
+        return dead_letters_sql.job_dead_letter_if_running(
+            id=job.id,
+            run_lease=job.run_lease,
+            reason=t.dead_letter,
+            error=t.error,
+            error_type=t.error_type,
+            terminal=t.terminal,
+            progress=progress,
+        )
     return jobs_sql.job_set_state_if_running(
         id=job.id,
         run_lease=job.run_lease,
@@ -160,7 +174,7 @@ def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]
         error=t.error,
         error_type=t.error_type,
         terminal=t.terminal,
-        progress=None if t.error_type == _NOT_STORED else job.progress_json(),
+        progress=progress,
         callback_id=t.callback_id,
     )
 
