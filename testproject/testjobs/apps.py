@@ -23,6 +23,7 @@ class TestJobsConfig(AppConfig):
         awa_django.on_event_kind("acc_unstorable_error", record_hook)
         awa_django.on_event_kind("acc_hooked", paced_hook, events={awa_django.Completed})
         awa_django.on_event_kind("acc_rolling", record_hook)
+        awa_django.on_event_kind("acc_dead_fail", record_hook)
 
 
 def sleepy_hook(event: object) -> None:
@@ -47,5 +48,6 @@ def record_hook(event: object) -> None:
         state=job.state,
         run_lease=job.run_lease,
         pid=os.getpid(),
-        detail=getattr(event, "reason", "") or getattr(event, "error", "")[:200],
+        detail=("dead_lettered: " if getattr(event, "dead_lettered", False) else "")
+        + (getattr(event, "reason", "") or getattr(event, "error", ""))[:200],
     )
