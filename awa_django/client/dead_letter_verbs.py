@@ -4,10 +4,16 @@ index of the other verbs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from awa_django.client import dead_letters
 from awa_django.client.dead_letters import Filters, Target
 from awa_django.client.twins import async_twin
 from awa_django.snapshot import DeadLetterPage, DeadLetterRetry, DeadLetterSnapshot, JobSnapshot
+
+
+def _ids(ids: Iterable[int] | None) -> tuple[int, ...] | None:
+    return None if ids is None else tuple(ids)
 
 
 class DeadLetterVerbs:
@@ -70,14 +76,16 @@ class DeadLetterVerbs:
         queue: str | None = None,
         tag: str | None = None,
         reason: str | None = None,
+        ids: Iterable[int] | None = None,
         all: bool = False,
         to_queue: str | None = None,
         priority: int | None = None,
     ) -> DeadLetterRetry:
-        """`retry_dead_letter` for every dead letter matching the filters, in batches (one
+        """`retry_dead_letter` for every dead letter matching the filters (`ids`: these job
+        ids only), in batches (one
         transaction each). Without a filter it needs `all=True` (DeadLetterFilterRequired).
         Dead letters whose unique key a live job holds stay, listed in `conflicts`."""
-        filters = Filters(kind, queue, tag, reason).required("retry_dead_letters", all)
+        filters = Filters(kind, queue, tag, reason, _ids(ids)).required("retry_dead_letters", all)
         return dead_letters.retry_many(self.using, filters, Target(to_queue, priority))
 
     def purge_dead_letter(self, job_id: int) -> bool:
@@ -91,11 +99,13 @@ class DeadLetterVerbs:
         queue: str | None = None,
         tag: str | None = None,
         reason: str | None = None,
+        ids: Iterable[int] | None = None,
         all: bool = False,
     ) -> int:
-        """Delete the dead letters matching the filters, in batches; how many. Without a
+        """Delete the dead letters matching the filters (`ids`: these job ids only), in
+        batches; how many. Without a
         filter it needs `all=True` (DeadLetterFilterRequired)."""
-        filters = Filters(kind, queue, tag, reason).required("purge_dead_letters", all)
+        filters = Filters(kind, queue, tag, reason, _ids(ids)).required("purge_dead_letters", all)
         return dead_letters.purge_many(self.using, filters)
 
     def dead_letter_failed(

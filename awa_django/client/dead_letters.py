@@ -56,8 +56,13 @@ class Filters:
     queue: str | None = None
     tag: str | None = None
     reason: str | None = None
+    ids: tuple[int, ...] | None = None  # these job ids only (the admin's selection)
 
     def __post_init__(self) -> None:
+        if self.ids is not None and not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in self.ids
+        ):
+            raise InvalidDeadLetterQuery(f"ids must be job ids, got {self.ids!r:.100}")
         for name in ("kind", "queue", "tag", "reason"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\x00" in value):
@@ -69,7 +74,9 @@ class Filters:
 
     @property
     def empty(self) -> bool:
-        return self.kind is None and self.queue is None and self.tag is None and self.reason is None
+        return all(
+            value is None for value in (self.kind, self.queue, self.tag, self.reason, self.ids)
+        )
 
     def q(self) -> Q:
         found = Q()
@@ -78,13 +85,15 @@ class Filters:
                 found &= Q(**{field: value})
         if self.tag is not None:
             found &= Q(tags__contains=[self.tag])
+        if self.ids is not None:
+            found &= Q(id__in=self.ids)
         return found
 
     def required(self, verb: str, all: bool) -> Filters:
         """Self, unless it is empty and `all` was not asked for."""
         if self.empty and all is not True:
             raise DeadLetterFilterRequired(
-                f"{verb} needs a filter (kind=, queue=, tag=, reason=) or all=True"
+                f"{verb} needs a filter (kind=, queue=, tag=, reason=, ids=) or all=True"
             )
         return self
 
