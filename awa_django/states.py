@@ -26,10 +26,16 @@ DEPTH_STATES: tuple[str, ...] = tuple(s for s in JobState.values if s != JobStat
 
 
 class DeadLetterReason(models.TextChoices):
-    """Why a job is among the dead letters (docs/dead-letters.md)."""
+    """Why a job is among the dead letters (docs/dead-letters.md). Labels are the values:
+    the admin shows the same words as the Client and the database."""
 
-    MAX_ATTEMPTS_EXHAUSTED = "max_attempts_exhausted"  # its last attempt failed or was rescued
-    TERMINAL_ERROR = "terminal_error"  # TerminalError, unknown kind, bad args, unstorable outcome
-    CALLBACK_TIMEOUT = "callback_timeout"  # its last attempt's callback timed out
-    CALLBACK_FAILED = "callback_failed"  # fail_external (or resolve_callback's "fail")
-    MANUAL = "manual"  # an operator moved the failed job in (Client.dead_letter_failed)
+    # Its last attempt failed, or was rescued.
+    MAX_ATTEMPTS_EXHAUSTED = "max_attempts_exhausted", "max_attempts_exhausted"
+    # TerminalError, unknown kind, bad args, unstorable outcome, callback contract broken.
+    TERMINAL_ERROR = "terminal_error", "terminal_error"
+    # Its last attempt's callback timed out.
+    CALLBACK_TIMEOUT = "callback_timeout", "callback_timeout"
+    # fail_external (or resolve_callback's "fail").
+    CALLBACK_FAILED = "callback_failed", "callback_failed"
+    # An operator moved the failed job in (Client.dead_letter_failed).
+    MANUAL = "manual", "manual"
