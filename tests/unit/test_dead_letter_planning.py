@@ -99,8 +99,9 @@ def test_the_cursor_round_trips(at: dt.datetime, job_id: int) -> None:
 
 
 @given(st.text(max_size=40))
-def test_any_other_cursor_is_a_typed_error(text: str) -> None:
+def test_any_other_cursor_is_a_typed_error_or_a_valid_position(text: str) -> None:
     try:
-        _decode_cursor(text)
+        at, job_id = _decode_cursor(text)
     except InvalidDeadLetterQuery:
-        pass
+        return
+    assert at.tzinfo is not None and isinstance(job_id, int)  # never a bare traceback
