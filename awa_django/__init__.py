@@ -31,7 +31,10 @@ from awa_django.exceptions import (
     AwaError,
     CallbackNotFound,
     FollowUpFailed,
+    DeadLetterFilterRequired,
+    DeadLetterNotFound,
     InvalidCallbackOption,
+    InvalidDeadLetterQuery,
     InvalidEnqueueOption,
     InvalidJobArgs,
     InvalidJobDeclaration,
@@ -58,7 +61,14 @@ from awa_django.registry.follow_ups import (
 )
 from awa_django.registry.schedules import periodic
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
-from awa_django.snapshot import JobSnapshot, ScheduleSnapshot
+from awa_django.snapshot import (
+    DeadLetterPage,
+    DeadLetterRetry,
+    DeadLetterSnapshot,
+    JobSnapshot,
+    ScheduleSnapshot,
+)
+from awa_django.states import DeadLetterReason
 from awa_django.unique import EnqueueManyResult, UniqueOpts
 from awa_django.web.signing import callback_url, sign_callback_request
 
@@ -70,12 +80,19 @@ __all__ = [
     "Cancelled",
     "Client",
     "Completed",
+    "DeadLetterFilterRequired",
+    "DeadLetterNotFound",
+    "DeadLetterPage",
+    "DeadLetterReason",
+    "DeadLetterRetry",
+    "DeadLetterSnapshot",
     "EnqueueManyResult",
     "Event",
     "Exhausted",
     "FollowUp",
     "FollowUpFailed",
     "InvalidCallbackOption",
+    "InvalidDeadLetterQuery",
     "InvalidEnqueueOption",
     "InvalidJobArgs",
     "InvalidJobDeclaration",

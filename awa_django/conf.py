@@ -48,6 +48,8 @@ class QueueConfig:
     # The default of `@job(atomic=...)` for `def` handlers of this queue: the handler runs
     # in a transaction that commits with its guarded completion (docs/exactly-once.md).
     atomic: bool = False
+    # Jobs of this queue that fail for good move to the dead letters (docs/dead-letters.md).
+    dead_letter: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,8 @@ class AwaSettings:
     shutdown_grace: float = 30.0
     completed_retention: float = 24 * 3600.0
     failed_retention: float = 72 * 3600.0
+    # Dead letters are kept this long, then pruned by the leader (docs/dead-letters.md).
+    dead_letter_retention: float = 30 * 86400.0
     max_args_bytes: int = 256 * 1024
     max_result_bytes: int = 256 * 1024
     sync_threads: int | None = None
@@ -97,6 +101,11 @@ class AwaSettings:
     def queue(self, name: str) -> QueueConfig:
         return self.queues.get(name) or QueueConfig(name)
 
+    @property
+    def dead_letter_queues(self) -> tuple[str, ...]:
+        """The queues whose failed jobs move to the dead letters (`"dead_letter": True`)."""
+        return tuple(sorted(name for name, queue in self.queues.items() if queue.dead_letter))
+
     def with_overrides(self, **overrides: Any) -> AwaSettings:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -122,6 +131,10 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
+_QUEUE_KEYS = ", ".join(f.name for f in fields(QueueConfig) if f.name != "name")
+_QUEUE_FLAGS = ("atomic", "dead_letter")
+
+
 def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
     if isinstance(raw, list | tuple):
         raw = {name: {} for name in raw}
@@ -138,8 +151,7 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
             queue = QueueConfig(name=name, **(options or {}))
         except TypeError as exc:
             raise ImproperlyConfigured(
-                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are concurrency, deadline '
-                "and atomic."
+                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are {_QUEUE_KEYS}.'
             ) from exc
         if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
             _is_number(queue.deadline) and queue.deadline >= 0
@@ -147,11 +159,12 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
             raise ImproperlyConfigured(
                 f'AWA["QUEUES"][{name!r}]: concurrency must be >= 1 and deadline >= 0.'
             )
-        if not isinstance(queue.atomic, bool):
-            raise ImproperlyConfigured(
-                f'AWA["QUEUES"][{name!r}]["atomic"] must be True or False, '
-                f"got {queue.atomic!r:.100}."
-            )
+        for option in _QUEUE_FLAGS:
+            if not isinstance(value := getattr(queue, option), bool):
+                raise ImproperlyConfigured(
+                    f'AWA["QUEUES"][{name!r}]["{option}"] must be True or False, '
+                    f"got {value!r:.100}."
+                )
         queues[name] = queue
     return queues
 

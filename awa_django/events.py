@@ -64,10 +64,13 @@ class Retried(Event[T]):
 
 @dataclass(frozen=True, slots=True)
 class Exhausted(Event[T]):
-    """The job failed for good (terminal error or attempts used up)."""
+    """The job failed for good (terminal error or attempts used up). `dead_lettered`: its
+    queue has `"dead_letter": True`, so the job moved to the dead letters instead of staying
+    `failed` among the jobs (`job` is its row as it left, state `failed`)."""
 
     error: str = ""
     attempt: int = 0
+    dead_lettered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,19 @@ class JobNotFound(AwaError):
     """No job with this id exists."""
 
 
+class DeadLetterNotFound(AwaError):
+    """No dead letter with this job id (never dead-lettered, retried, purged or pruned)."""
+
+
+class DeadLetterFilterRequired(AwaError, ValueError):
+    """A bulk dead-letter operation needs a filter (kind, queue, tag, reason) or an explicit
+    `all=True`, so that no call empties the dead letters by accident."""
+
+
+class InvalidDeadLetterQuery(AwaError, ValueError):
+    """A dead-letter listing or retry option is invalid (cursor, limit, queue, priority)."""
+
+
 class StaleAttempt(AwaError):
     """This attempt no longer owns the job (it was rescued, cancelled or re-claimed)."""
 

@@ -1,6 +1,7 @@
 """Immutable snapshots the Client hands out: `JobSnapshot` (one committed `awa_jobs_hot`
-row), `ScheduleSnapshot` (one cron schedule), and the operators' figures `QueueStats` (one
-queue at one moment) and `LiveWorker` (one worker process as it last reported in)."""
+row), `ScheduleSnapshot` (one cron schedule), `DeadLetterSnapshot` (one dead letter), and
+the operators' figures `QueueStats` (one queue at one moment) and `LiveWorker` (one worker
+process as it last reported in)."""
 
 from __future__ import annotations
 
@@ -152,3 +153,53 @@ class ScheduleSnapshot:
     next_fire_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterSnapshot:
+    """One dead letter: a job of a dead-letter queue that failed for good, as it left
+    `awa_jobs_hot` (`id` is the job's id), with why and when (docs/dead-letters.md)."""
+
+    id: int
+    kind: str
+    queue: str
+    args: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_lease: int
+    created_at: datetime
+    attempted_at: datetime | None
+    errors: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    tags: list[str]
+    progress: dict[str, Any] | None
+    attempted_by: list[str]
+    reason: str
+    dead_lettered_at: datetime
+
+    @property
+    def error(self) -> str:
+        """The last error entry's text ("" when there is none)."""
+        return str(self.errors[-1].get("error", "")) if self.errors else ""
+
+
+DEAD_LETTER_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(DeadLetterSnapshot))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """One page of dead letters, newest first. `next_cursor` (None on the last page) is
+    passed as `after=` to read the next page; it stays valid while rows come and go."""
+
+    items: tuple[DeadLetterSnapshot, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRetry:
+    """What a bulk retry of dead letters did: the ids back among the jobs, and the ids left
+    among the dead letters because a live job holds their unique key."""
+
+    retried: tuple[int, ...] = ()
+    conflicts: tuple[int, ...] = ()

@@ -23,3 +23,19 @@ DEFERRED_STATES: frozenset[str] = frozenset({JobState.SCHEDULED, JobState.RETRYA
 # Depth counts every state but `completed`: completed rows pile up until pruning and are
 # reported as throughput instead, so the count never walks the retained history.
 DEPTH_STATES: tuple[str, ...] = tuple(s for s in JobState.values if s != JobState.COMPLETED)
+
+
+class DeadLetterReason(models.TextChoices):
+    """Why a job is among the dead letters (docs/dead-letters.md). Labels are the values:
+    the admin shows the same words as the Client and the database."""
+
+    # Its last attempt failed, or was rescued.
+    MAX_ATTEMPTS_EXHAUSTED = "max_attempts_exhausted", "max_attempts_exhausted"
+    # TerminalError, unknown kind, bad args, unstorable outcome, callback contract broken.
+    TERMINAL_ERROR = "terminal_error", "terminal_error"
+    # Its last attempt's callback timed out.
+    CALLBACK_TIMEOUT = "callback_timeout", "callback_timeout"
+    # fail_external (or resolve_callback's "fail").
+    CALLBACK_FAILED = "callback_failed", "callback_failed"
+    # An operator moved the failed job in (Client.dead_letter_failed).
+    MANUAL = "manual", "manual"

@@ -22,6 +22,7 @@ AWA_TABLES = (
     "awa_queue_state",
     "awa_worker_instances",
     "awa_leader_lease",
+    "awa_dead_letters",
 )
 
 
@@ -86,6 +87,12 @@ def state_counts() -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT state, count(*) FROM awa_jobs_hot GROUP BY state")
         return {state: count for state, count in cursor.fetchall()}
+
+
+def dead_letter_count() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM awa_dead_letters")
+        return int(cursor.fetchone()[0])
 
 
 def completed_count(ids: list[int] | None = None) -> int:

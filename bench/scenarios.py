@@ -17,7 +17,14 @@ import awa_django
 
 from . import database as db
 from . import procfs
-from .benchapp.jobs import BenchAsync, BenchAtomic, BenchSync, PickupAsync, PickupSync
+from .benchapp.jobs import (
+    BenchAsync,
+    BenchAtomic,
+    BenchFail,
+    BenchSync,
+    PickupAsync,
+    PickupSync,
+)
 from .floor import run_enqueue_floor, run_floor
 from .stats import latency_ms
 from .worker import WorkerProcess
@@ -166,6 +173,38 @@ def _drained(worker: WorkerProcess) -> bool:
     return not db.any_pending()
 
 
+# -- failing for good, in place or into the dead letters ---------------------------------
+def fail(dead_letter: bool) -> Scenario:
+    def scenario(options: Options) -> dict[str, Any]:
+        return _fail(options.jobs, dead_letter)
+
+    return scenario
+
+
+def _fail(n: int, dead_letter: bool) -> dict[str, Any]:
+    """N jobs whose async handler raises TerminalError, drained by one worker: each attempt
+    ends with the single guarded failure statement (an UPDATE to `failed`, or the
+    DELETE ... INSERT into the dead letters)."""
+    db.reset()
+    with transaction.atomic():
+        awa_django.enqueue_many([BenchFail(n=i) for i in range(n)])
+    db.analyze()
+    env = {"AWA_BENCH_DEAD_LETTER": "1"} if dead_letter else {}
+    with WorkerProcess(extra_env=env) as worker:
+        observed = db.wait_until(
+            lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} failures"
+        )
+    failed = db.dead_letter_count() if dead_letter else db.state_counts().get("failed", 0)
+    if failed != n:
+        raise RuntimeError(f"{failed} of {n} jobs failed as expected (dead_letter={dead_letter})")
+    return {
+        "jobs": n,
+        "dead_letter": dead_letter,
+        "jobs_per_s": round(n / (observed - worker.started_at), 1),
+        "elapsed_s": round(observed - worker.started_at, 3),
+    }
+
+
 # -- (c) pickup latency -------------------------------------------------------------------
 def pickup(args_type: type) -> Scenario:
     def scenario(options: Options) -> dict[str, Any]:
@@ -240,6 +279,8 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_sync_p2": drain(BenchSync, processes=2),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
     "floor_pinned": floor_pinned,
+    "fail_in_place": fail(dead_letter=False),
+    "fail_dead_letter": fail(dead_letter=True),
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
 }
@@ -257,5 +298,6 @@ GROUPS = {
     "pickup": ["pickup_async", "pickup_sync"],
     # atomic=True beside the plain sync handlers it must stay within half of (decision 015).
     "atomic": ["drain_sync", "drain_atomic"],
+    "fail": ["fail_in_place", "fail_dead_letter"],
     "all": list(SCENARIOS),
 }

@@ -28,7 +28,9 @@ INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
 # which for enqueue_many means formatting 10 arrays x N rows into a string per call.
 DEBUG = False
 
-AWA = {**AWA, "QUEUES": {"bench": {"concurrency": 10}}}
+# AWA_BENCH_DEAD_LETTER=1 (the fail_dead_letter scenario) makes `bench` a dead-letter queue.
+_DEAD_LETTER = env.bool("AWA_BENCH_DEAD_LETTER", default=False)
+AWA = {**AWA, "QUEUES": {"bench": {"concurrency": 10, "dead_letter": _DEAD_LETTER}}}
 
 # Worker logs at WARNING so a drain of 20,000 jobs does not measure the console.
 LOGGING = {

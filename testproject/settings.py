@@ -92,10 +92,18 @@ def _hook_backlog() -> dict[str, Any]:
     return overrides
 
 
+def _dead_letter_queues() -> dict[str, Any]:
+    """AWA_DEAD_LETTER_QUEUES (comma-separated), when set: queues whose failed jobs move to
+    the dead letters (docs/dead-letters.md); the acceptance tests start workers with it."""
+    names = [n.strip() for n in env.list("AWA_DEAD_LETTER_QUEUES", default=[]) if n.strip()]
+    return {name: {"concurrency": 4, "dead_letter": True} for name in names}
+
+
 AWA = {
     "QUEUES": {
         "default": {"concurrency": 10},
         "email": {"concurrency": 4, "deadline": 60},
+        **_dead_letter_queues(),
     },
     **_callback_secrets(),
     **_hook_backlog(),

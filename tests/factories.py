@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import factory
 from django.db.models import Model
+from django.utils import timezone
 
 from awa_django.conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
-from awa_django.storage.models import Job
+from awa_django.storage.models import DeadLetter, Job
 
 
 class ModelFactory[M: Model](factory.django.DjangoModelFactory[M]):
@@ -37,3 +38,20 @@ class JobFactory(ModelFactory[Job]):
     state = "available"
     priority = DEFAULT_PRIORITY
     max_attempts = DEFAULT_MAX_ATTEMPTS
+
+
+class DeadLetterFactory(ModelFactory[DeadLetter]):
+    class Meta:
+        model = DeadLetter
+
+    id = factory.Sequence(lambda n: 10_000_000 + n)
+    kind = "send_receipt"
+    queue = DEFAULT_QUEUE
+    args = factory.Sequence(lambda n: {"order_id": n})
+    priority = DEFAULT_PRIORITY
+    max_attempts = 3
+    attempt = 3
+    run_lease = 3
+    created_at = factory.LazyFunction(timezone.now)
+    errors = factory.LazyFunction(lambda: [{"error": "boom", "attempt": 3, "terminal": True}])
+    reason = "max_attempts_exhausted"

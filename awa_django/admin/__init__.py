@@ -1,16 +1,19 @@
 """The Django admin as an operations console: the job list, detail and actions
-(`jobs.py`), the queue dashboard (`dashboard.py`) and the cron schedules (`schedules.py`).
+(`jobs.py`), the queue dashboard (`dashboard.py`), the cron schedules (`schedules.py`)
+and the dead letters (`dead_letters.py`).
 Registered on the default admin site."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
+from awa_django.admin.dead_letters import DeadLetterAdmin
 from awa_django.admin.jobs import JobAdmin
 from awa_django.admin.schedules import CronScheduleAdmin
-from awa_django.storage.models import CronSchedule, Job
+from awa_django.storage.models import CronSchedule, DeadLetter, Job
 
 admin.site.register(Job, JobAdmin)
 admin.site.register(CronSchedule, CronScheduleAdmin)
+admin.site.register(DeadLetter, DeadLetterAdmin)
 
-__all__ = ["CronScheduleAdmin", "JobAdmin"]
+__all__ = ["CronScheduleAdmin", "DeadLetterAdmin", "JobAdmin"]

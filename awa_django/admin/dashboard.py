@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from awa_django.admin.forms import QueueOperationForm
 from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats
+from awa_django.conf import awa_settings
 from awa_django.display import format_duration
 from awa_django.states import JobState
 
@@ -36,6 +37,8 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "queues": [_queue_row(q, changelist) for q in stats],
         "workers": [_worker_row(w) for w in client.live_workers()],
         "unhandled": _unhandled_rows(client.unhandled_kinds(), changelist),
+        "dead_letters": _dead_letter_rows(client.dead_letter_depth(), model_admin),
+        "dead_letter_retention": format_duration(awa_settings().dead_letter_retention),
         "window_minutes": WINDOW_MINUTES,
         "can_pause": request.user.has_perm(PAUSE_PERMISSION),
         "operation_url": reverse(f"{model_admin.admin_site.name}:awa_django_queue_operation"),
@@ -51,6 +54,15 @@ def _unhandled_rows(kinds: dict[str, int], changelist: str) -> list[dict[str, An
     return [
         {"kind": kind, "waiting": count, "url": changelist + "?" + urlencode({"kind": kind})}
         for kind, count in sorted(kinds.items())
+    ]
+
+
+def _dead_letter_rows(depth: dict[str, int], model_admin: Any) -> list[dict[str, Any]]:
+    """Dead letters per queue, each linking to its dead letters (docs/dead-letters.md)."""
+    changelist = reverse(f"{model_admin.admin_site.name}:awa_django_deadletter_changelist")
+    return [
+        {"queue": queue, "count": count, "url": changelist + "?" + urlencode({"queue": queue})}
+        for queue, count in depth.items()
     ]
 
 

@@ -5,12 +5,23 @@ caller's transaction. Surfaces import from here, never from `awa_django.storage`
 from awa_django.client.callbacks import ResolveResult
 from awa_django.client.client import Client
 from awa_django.client.shortcuts import aenqueue, aenqueue_many, enqueue, enqueue_many
-from awa_django.snapshot import LiveWorker, QueueStats, ScheduleSnapshot
-from awa_django.states import DEPTH_STATES
+from awa_django.snapshot import (
+    DeadLetterPage,
+    DeadLetterRetry,
+    DeadLetterSnapshot,
+    LiveWorker,
+    QueueStats,
+    ScheduleSnapshot,
+)
+from awa_django.states import DEPTH_STATES, DeadLetterReason
 
 __all__ = [
     "DEPTH_STATES",
     "Client",
+    "DeadLetterPage",
+    "DeadLetterReason",
+    "DeadLetterRetry",
+    "DeadLetterSnapshot",
     "LiveWorker",
     "QueueStats",
     "ResolveResult",

@@ -125,11 +125,18 @@ def _complete(using: str, callback_id: uuid.UUID, run_lease: object) -> JobSnaps
 
 
 def _fail(using: str, callback_id: uuid.UUID, error: str, run_lease: object) -> JobSnapshot:
+    # On a dead-letter queue the job moves to the dead letters (decision 016): the statement
+    # moves exactly the rows of these queues, so the returned row's queue says which it did.
+    dead_letter_queues = awa_settings().dead_letter_queues
     query = callbacks_sql.job_fail_external(
-        callback_id=callback_id, run_lease=_run_lease(run_lease), error=error
+        callback_id=callback_id,
+        run_lease=_run_lease(run_lease),
+        error=error,
+        dead_letter_queues=dead_letter_queues,
     )
     job = _one(using, query, callback_id, "fail_external")
-    events = [Exhausted(job=job, error=error, attempt=job.attempt)]
+    dead = job.queue in dead_letter_queues
+    events = [Exhausted(job=job, error=error, attempt=job.attempt, dead_lettered=dead)]
     follow_ups.enqueue_for(events, using)
     dispatch_on_commit(events, using)
     return job

@@ -19,6 +19,7 @@ from django.db import transaction
 
 from awa_django.client import callbacks, follow_ups, inserts, queues, schedules, unique
 from awa_django.client.callbacks import DefaultAction, ResolveResult
+from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.rows import (
     EnqueueKwargs,
@@ -41,10 +42,10 @@ if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
 
 
-class Client:
+class Client(DeadLetterVerbs):
     """Operations on jobs and queues through Django's database connection `using`
     (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
-    `a`-prefixed async twin."""
+    `a`-prefixed async twin. The dead-letter verbs come from `DeadLetterVerbs`."""
 
     def __init__(self, using: str | None = None) -> None:
         self._using = using

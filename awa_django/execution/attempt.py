@@ -39,12 +39,14 @@ from awa_django.execution.outcomes import (
     plan,
     plan_failure,
     plan_unknown_kind,
+    routed,
     unstorable,
 )
 from awa_django.registry import JobDefinition, registry
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.query import Query
+from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import jobs as jobs_sql
 
 logger = logging.getLogger("awa_django.worker")
@@ -196,6 +198,7 @@ def _refused(job: JobContext[Any], exc: BaseException) -> Transition:
 def _transition(
     job: JobContext[Any], transition: Transition, *, atomic: bool = False, built: bool = True
 ) -> Steps[list[Event]]:
+    transition = routed(transition, awa_settings().queue(job.row.queue).dead_letter)
     query = _set_state(job, transition)
     wants = built and transition.event is not None and follow_ups.wanted(transition.event, job.kind)
     try:
@@ -227,6 +230,17 @@ _NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
 
 
 def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:
+    progress = None if t.error_type == _NOT_STORED else job.progress_json()
+    if t.dead_letter is not None:
+        return dead_letters_sql.job_dead_letter_if_running(
+            id=job.id,
+            run_lease=job.run_lease,
+            reason=t.dead_letter,
+            error=t.error,
+            error_type=t.error_type,
+            terminal=t.terminal,
+            progress=progress,
+        )
     return jobs_sql.job_set_state_if_running(
         id=job.id,
         run_lease=job.run_lease,
@@ -238,7 +252,7 @@ def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]
         error=t.error,
         error_type=t.error_type,
         terminal=t.terminal,
-        progress=None if t.error_type == _NOT_STORED else job.progress_json(),
+        progress=progress,
         callback_id=t.callback_id,
     )
 

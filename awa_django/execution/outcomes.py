@@ -10,7 +10,7 @@ import datetime as dt
 import math
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from awa_django.codec import storable_text
@@ -18,7 +18,7 @@ from awa_django.events import Cancelled, Event, Exhausted, Retried, WaitingForCa
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
-from awa_django.states import JobState
+from awa_django.states import DeadLetterReason, JobState
 
 TRACEBACK_LINES = 10
 # Ten years: far beyond any real delay, far inside PostgreSQL's interval range.
@@ -38,6 +38,22 @@ class Transition:
     terminal: bool = False
     callback_id: uuid.UUID | None = None
     reason: str = ""
+    # Set (the DeadLetterReason) when the job moves to the dead letters instead of staying
+    # `failed`: only `routed()` sets it, for a queue with `"dead_letter": True`.
+    dead_letter: str | None = None
+
+
+def routed(transition: Transition, dead_letter_queue: bool) -> Transition:
+    """`transition`, or on a dead-letter queue, a failure for good turned into a move to
+    the dead letters with its reason (decision 016). Other transitions stay as they are."""
+    if not dead_letter_queue or transition.state != JobState.FAILED:
+        return transition
+    reason = (
+        DeadLetterReason.TERMINAL_ERROR
+        if transition.terminal
+        else DeadLetterReason.MAX_ATTEMPTS_EXHAUSTED
+    )
+    return replace(transition, dead_letter=reason.value)
 
 
 def plan(row: JobSnapshot, result: Any = None) -> Transition | None:
@@ -242,4 +258,6 @@ def event_for(transition: Transition, row: JobSnapshot) -> Event:
         fields["next_run_at"] = row.run_at
     if "reason" in names:
         fields["reason"] = transition.reason
+    if "dead_lettered" in names:
+        fields["dead_lettered"] = transition.dead_letter is not None
     return event_type(**fields)

@@ -16,7 +16,7 @@ from awa_django.conf import (
     MIN_MAX_ATTEMPTS,
     MIN_PRIORITY,
 )
-from awa_django.states import JobState
+from awa_django.states import DeadLetterReason, JobState
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -271,3 +271,52 @@ class CronSchedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.expression} {self.timezone})"
+
+
+class DeadLetter(models.Model):
+    """A job of a dead-letter queue that failed for good, moved out of `awa_jobs_hot` with
+    its history and the reason (docs/dead-letters.md, decision 016). `id` is the job's id:
+    a retry puts the job back under the same id, attempts reset, errors and run_lease kept."""
+
+    id = models.BigIntegerField(primary_key=True)
+    kind = models.CharField(max_length=200)
+    queue = models.CharField(max_length=200)
+    args = models.JSONField(default=dict)
+    priority = models.SmallIntegerField(default=DEFAULT_PRIORITY)
+    attempt = models.SmallIntegerField(default=0)
+    max_attempts = models.SmallIntegerField(default=DEFAULT_MAX_ATTEMPTS)
+    # Kept (never reset) so an attempt of the job's earlier life can never pass the guard
+    # of an attempt after a retry (decision 016).
+    run_lease = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField()
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    tags = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    progress = models.JSONField(null=True, blank=True)
+    attempted_by = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    django_task = models.JSONField(null=True, blank=True)
+    unique_key = models.BinaryField(null=True, blank=True)
+    unique_states = models.CharField(max_length=8, null=True, blank=True)
+    reason = models.CharField(max_length=40, choices=DeadLetterReason.choices)
+    dead_lettered_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "awa_dead_letters"
+        ordering = ["-dead_lettered_at", "-id"]
+        # One permission per operator action, as on Job.
+        permissions = [
+            ("retry_dead_letter", "Can retry dead letters"),
+            ("purge_dead_letter", "Can purge dead letters"),
+        ]
+        indexes = [
+            # The listing's keyset order, and retention pruning's range.
+            models.Index(fields=["dead_lettered_at", "id"], name="awa_dead_letters_at_idx"),
+            # Filtered listings and the per-queue depth.
+            models.Index(fields=["queue", "dead_lettered_at"], name="awa_dead_letters_queue_idx"),
+            models.Index(fields=["kind", "dead_lettered_at"], name="awa_dead_letters_kind_idx"),
+            GinIndex(fields=["tags"], name="awa_dead_letters_tags_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.id} (dead letter: {self.reason})"

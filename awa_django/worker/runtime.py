@@ -108,7 +108,9 @@ class Runtime:
         """Leader election, the maintenance services it schedules, and the registrar."""
         s = self.settings
         self.elector = LeaderElector(self.db, self.worker_id, s.leader_ttl)
-        self.rescuer = Rescuer(self.db, s.heartbeat_staleness, self._on_rescued)
+        self.rescuer = Rescuer(
+            self.db, s.heartbeat_staleness, self._on_rescued, s.dead_letter_queues
+        )
         self.cron = CronScheduler(self.db)
         self.maintenance = MaintenanceLoop(
             self.elector,
@@ -118,7 +120,12 @@ class Runtime:
                 (s.rescue_interval, self.rescuer.run_once),
                 (
                     s.prune_interval,
-                    Pruner(self.db, s.completed_retention, s.failed_retention).run_once,
+                    Pruner(
+                        self.db,
+                        s.completed_retention,
+                        s.failed_retention,
+                        s.dead_letter_retention,
+                    ).run_once,
                 ),
                 # Sync before the first evaluation, so a new leader fires what it declares.
                 (s.cron_sync_interval, self.cron.sync),

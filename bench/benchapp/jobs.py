@@ -1,5 +1,6 @@
-"""Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync) and pickup probes that
-record when the handler started in `job.result` (stored in the `result` column)."""
+"""Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync), pickup probes that
+record when the handler started in `job.result` (stored in the `result` column), and a
+handler that fails for good at once (the failure path, dead-lettered or not)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ class BenchSync:
 
 @dataclass
 class BenchAtomic:
+    n: int
+
+
+@dataclass
+class BenchFail:
     n: int
 
 
@@ -62,3 +68,8 @@ async def pickup_async(job: JobContext[PickupAsync]) -> None:
 @awa_django.job(PickupSync, queue=BENCH_QUEUE)
 def pickup_sync(job: JobContext[PickupSync]) -> None:
     job.result = time.time()
+
+
+@awa_django.job(BenchFail, queue=BENCH_QUEUE)
+async def bench_fail(job: JobContext[BenchFail]) -> None:
+    raise awa_django.TerminalError("bench: fails for good")

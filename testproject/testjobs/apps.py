@@ -30,6 +30,7 @@ class TestJobsConfig(AppConfig):
 
         awa_django.on_completed_enqueue(AccAtomicInvoice, lambda a, _: [AccNoop(a.order_id)])
         awa_django.on_completed_enqueue(AccFollowed, lambda a, _: [AccNoop(a.n)])
+        awa_django.on_event_kind("acc_dead_fail", record_hook)
 
 
 def sleepy_hook(event: object) -> None:
@@ -54,5 +55,6 @@ def record_hook(event: object) -> None:
         state=job.state,
         run_lease=job.run_lease,
         pid=os.getpid(),
-        detail=getattr(event, "reason", "") or getattr(event, "error", "")[:200],
+        detail=("dead_lettered: " if getattr(event, "dead_lettered", False) else "")
+        + (getattr(event, "reason", "") or getattr(event, "error", ""))[:200],
     )

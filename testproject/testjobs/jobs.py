@@ -203,6 +203,19 @@ def acc_hooked(job: JobContext[AccHooked]) -> None:
     """No execution row: the 10,000-job test counts hook rows, and keeps its time down."""
 
 
+@dataclass
+class AccDeadFail:
+    """Always raises: on the dead-letter queue `acc-dead` it ends among the dead letters."""
+
+    n: int = 0
+
+
+@awa_django.job(AccDeadFail, queue="acc-dead", max_attempts=2)
+def acc_dead_fail(job: JobContext[AccDeadFail]) -> None:
+    record(job)
+    raise RuntimeError(f"acc_dead_fail {job.args.n} attempt {job.attempt}")
+
+
 # A rolling deploy: a worker started with AWA_TEST_WITHOUT_KINDS=acc_rolling in its
 # environment is an "old" worker that has no handler for this kind.
 WITHOUT_KINDS = set(os.environ.get("AWA_TEST_WITHOUT_KINDS", "").split(","))

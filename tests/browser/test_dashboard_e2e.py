@@ -1,5 +1,6 @@
 """End to end in a real browser: log in through the admin form, read the dashboard, pause
-a queue, retry a failed job from the job list, and pause a cron schedule."""
+a queue, retry a failed job from the job list, pause a cron schedule, and retry a dead
+letter from the dead-letter list."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from awa_django.storage.models import CronSchedule, Job, QueueState, WorkerInstance
-from tests.factories import JobFactory
+from awa_django.storage.models import CronSchedule, DeadLetter, Job, QueueState, WorkerInstance
+from tests.factories import DeadLetterFactory, JobFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -99,3 +100,31 @@ def test_operator_opens_the_schedules_from_the_dashboard_and_pauses_one(
     expect(page.locator(".messagelist")).to_contain_text("1 schedule paused")
     page.screenshot(path=str(screenshot_dir / "schedules.png"), full_page=True)
     assert CronSchedule.objects.get().paused
+
+
+def test_operator_opens_the_dead_letters_from_the_dashboard_and_retries_one(
+    live_server: Any, page: Any, operator: str, screenshot_dir: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    letter = DeadLetterFactory(
+        queue="payments",
+        kind="charge_card",
+        reason="terminal_error",
+        errors=[{"error": "card <declined>", "attempt": 3, "at": timezone.now().isoformat()}],
+    )
+    DeadLetterFactory(queue="payments", kind="refund")
+    log_in(page, live_server.url, operator, "/admin/awa_django/job/dashboard/")
+    expect(page.locator("#awa-dead-letters tr[data-queue=payments]")).to_contain_text("2")
+    page.click("#awa-dead-letters tr[data-queue=payments] a")
+    expect(page.locator("#result_list")).to_contain_text("card <declined>")
+    expect(page.locator("#result_list")).to_contain_text("terminal_error")
+    page.screenshot(path=str(screenshot_dir / "dead_letters.png"), full_page=True)
+
+    page.check(f'input[name="_selected_action"][value="{letter.pk}"]')
+    page.select_option("select[name=action]", "retry_dead_letters")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("1 dead letter retried")
+    job = Job.objects.get(pk=letter.pk)
+    assert (job.state, job.attempt, job.queue) == ("available", 0, "payments")
+    assert not DeadLetter.objects.filter(pk=letter.pk).exists()

@@ -444,7 +444,8 @@ def test_each_statement_finds_its_job_through_the_callback_index():
         for _ in range(2000)
     )
     params = {"callback_id": uuid.uuid4(), "run_lease": None, "error": "e",
-              "payload": "{}", "timeout_seconds": 1.0}  # fmt: skip
+              "payload": "{}", "timeout_seconds": 1.0,
+              "dead_letter_queues": ["dlq"]}  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE awa_jobs_hot")
         for statement in STATEMENTS:

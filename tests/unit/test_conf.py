@@ -105,7 +105,9 @@ def test_queues_must_be_a_non_empty_mapping(raw: Any) -> None:
 
 
 def test_queue_option_typo_lists_allowed_keys() -> None:
-    with pytest.raises(ImproperlyConfigured, match="keys are concurrency, deadline and atomic"):
+    with pytest.raises(
+        ImproperlyConfigured, match="allowed keys are concurrency, deadline, atomic, dead_letter"
+    ):
         settings_from({"QUEUES": {"a": {"concurency": 2}}})
 
 
@@ -234,3 +236,21 @@ def test_unknown_kind_grace_is_seconds_and_may_be_zero() -> None:
     assert settings_from({"UNKNOWN_KIND_GRACE": 0}).unknown_kind_grace == 0
     with pytest.raises(ImproperlyConfigured, match="UNKNOWN_KIND_GRACE"):
         settings_from({"UNKNOWN_KIND_GRACE": -1})
+
+
+def test_dead_letter_is_a_per_queue_opt_in() -> None:
+    settings = settings_from({"QUEUES": {"a": {}, "b": {"dead_letter": True}}})
+    assert settings.queue("a").dead_letter is False
+    assert settings.dead_letter_queues == ("b",)
+    assert settings.dead_letter_retention == 30 * 86400
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_dead_letter_must_be_a_bool(value: Any) -> None:
+    with pytest.raises(ImproperlyConfigured, match=r'\["dead_letter"\] must be True or False'):
+        settings_from({"QUEUES": {"a": {"dead_letter": value}}})
+
+
+def test_dead_letter_retention_is_checked() -> None:
+    with pytest.raises(ImproperlyConfigured, match="DEAD_LETTER_RETENTION"):
+        settings_from({"DEAD_LETTER_RETENTION": -1})

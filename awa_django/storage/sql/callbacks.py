@@ -17,12 +17,13 @@ knows which attempt registered the callback can refuse to touch a newer one.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from awa_django.channels import channel_sql
 from awa_django.snapshot import COLUMNS, JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
-from awa_django.storage.sql import Statement
+from awa_django.storage.sql import Statement, dead_letters
 from awa_django.storage.sql.fragments import (
     J_JOB_COLUMNS,
     JOB_COLUMN_NAMES,
@@ -71,19 +72,35 @@ def job_complete_external(
 
 
 _FAILED_ENTRY = append_error("errors", error_entry("%(error)s::text", "attempt", terminal="true"))
+_DEAD = "queue = ANY(%(dead_letter_queues)s::text[])"
 
-# Params: callback_id uuid, run_lease int8|NULL, error text. T14: → failed with a terminal
-# error entry for the current attempt; callback cleared, progress kept, lease deleted.
+# Params: callback_id uuid, run_lease int8|NULL, error text, dead_letter_queues text[].
+# T14: → failed with a terminal error entry for the current attempt; callback cleared,
+# progress kept, lease deleted. A job of a dead-letter queue moves to the dead letters as
+# `callback_failed` instead, in the same statement (decision 016): the UPDATE and the
+# DELETE each take only the rows of their kind of queue, so each row is touched once.
 JOB_FAIL_EXTERNAL = Statement(
     "job_fail_external",
     f"""
-WITH moved AS (
+WITH failed AS (
     UPDATE awa_jobs_hot
     SET state = 'failed', finalized_at = now(), callback_id = NULL,
         callback_timeout_at = NULL, callback_result = NULL,
         errors = {_FAILED_ENTRY}
-    WHERE {_PENDING}
+    WHERE {_PENDING} AND NOT {_DEAD}
     RETURNING {JOB_COLUMNS}
+), dead AS (
+    DELETE FROM awa_jobs_hot WHERE {_PENDING} AND {_DEAD}
+    RETURNING *
+), entered AS ({
+        dead_letters.enter(
+            "dead", errors=_FAILED_ENTRY, progress="progress", reason="'callback_failed'"
+        )
+    }
+), moved AS (
+    SELECT * FROM failed
+    UNION ALL
+    SELECT {dead_letters.AS_FAILED_JOB} FROM entered d JOIN dead m ON m.id = d.id
 ), released AS ({_RELEASE})
 SELECT * FROM moved
 """,
@@ -91,9 +108,19 @@ SELECT * FROM moved
 
 
 def job_fail_external(
-    *, callback_id: uuid.UUID, run_lease: int | None, error: str
+    *,
+    callback_id: uuid.UUID,
+    run_lease: int | None,
+    error: str,
+    dead_letter_queues: Sequence[str] = (),
 ) -> Query[JobSnapshot | None]:
-    params = {**_pending(callback_id, run_lease), "error": error}
+    """The failed row; on a `dead_letter_queues` queue, the row as it left for the dead
+    letters (still state `failed`)."""
+    params = {
+        **_pending(callback_id, run_lease),
+        "error": error,
+        "dead_letter_queues": list(dead_letter_queues),
+    }
     return Query(JOB_FAIL_EXTERNAL, params, query.first_job)
 
 

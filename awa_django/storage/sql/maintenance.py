@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from awa_django.channels import channel_sql
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
-from awa_django.storage.sql import Statement
+from awa_django.storage.sql import Statement, dead_letters
 from awa_django.storage.sql.fragments import (
     J_JOB_COLUMNS,
     append_error,
@@ -66,9 +68,29 @@ _RESCUE_SET = f"""
     )
 }"""
 
-# Stale-heartbeat and deadline rescue share one shape. Params: limit, message, and
-# staleness_seconds (heartbeat only). Index: awa_leases_heartbeat_idx /
-# awa_leases_deadline_idx on the small lease table, then the job's primary key.
+# A rescued job of a dead-letter queue whose last attempt it was moves to the dead letters
+# in the same statement (decision 016): the rescue's UPDATE leaves such rows alone and a
+# DELETE ... INSERT over the same locked candidates files them, each row touched by one
+# of the two. Params (both): dead_letter_queues text[] (AwaSettings.dead_letter_queues).
+_DEAD = "j.attempt >= j.max_attempts AND j.queue = ANY(%(dead_letter_queues)s::text[])"
+
+
+def _dead_letter_ctes(candidates: str, guard: str, reason: str) -> str:
+    """The CTEs `dead` (the deleted job rows) and `entered` (their dead letters) for the
+    rows of `candidates` that `_DEAD` selects, re-checked with `guard`."""
+    errors = append_error("errors", error_entry("%(message)s::text", "attempt", terminal="true"))
+    return f"""dead AS (
+    DELETE FROM awa_jobs_hot j USING {candidates} c
+    WHERE j.id = c.id AND {guard} AND {_DEAD}
+    RETURNING j.*
+), entered AS ({dead_letters.enter("dead", errors=errors, progress="progress", reason=reason)}
+)"""
+
+
+# Stale-heartbeat and deadline rescue share one shape. Params: limit, message,
+# dead_letter_queues, and staleness_seconds (heartbeat only). Index:
+# awa_leases_heartbeat_idx / awa_leases_deadline_idx on the small lease table, then the
+# job's primary key.
 # Lock order: the job row first (FOR UPDATE OF j), then its lease — the order every other
 # writer (completer, outcomes, cancel, callback resolution) uses, so rescue cannot
 # deadlock with them. Guard: the job must still be running under that very lease.
@@ -87,13 +109,21 @@ WITH stale AS (
     UPDATE awa_jobs_hot j
     SET {_RESCUE_SET}
     FROM stale s
-    WHERE j.id = s.id AND j.run_lease = s.run_lease AND j.state = 'running'
+    WHERE j.id = s.id AND j.run_lease = s.run_lease AND j.state = 'running' AND NOT ({_DEAD})
     RETURNING {J_JOB_COLUMNS}
-), released AS (
-    DELETE FROM awa_active_leases l USING rescued r
+), {
+    _dead_letter_ctes(
+        "stale", "j.run_lease = c.run_lease AND j.state = 'running'", "'max_attempts_exhausted'"
+    )
+}, released AS (
+    DELETE FROM awa_active_leases l
+    USING (SELECT id, run_lease FROM rescued UNION ALL SELECT id, run_lease FROM dead) r
     WHERE l.job_id = r.id AND l.run_lease = r.run_lease
 )
 SELECT *, {notify_cancel("id", "run_lease")} FROM rescued
+UNION ALL
+SELECT {dead_letters.AS_FAILED_JOB}, {notify_cancel("m.id", "m.run_lease")}
+FROM entered d JOIN dead m ON m.id = d.id
 """
 
 JOB_RESCUE_STALE_HEARTBEAT = Statement(
@@ -105,9 +135,19 @@ JOB_RESCUE_STALE_HEARTBEAT = Statement(
 
 
 def job_rescue_stale_heartbeat(
-    *, limit: int, staleness_seconds: float, message: str
+    *,
+    limit: int,
+    staleness_seconds: float,
+    message: str,
+    dead_letter_queues: Sequence[str] = (),
 ) -> Query[list[JobSnapshot]]:
-    params = {"limit": limit, "staleness_seconds": staleness_seconds, "message": message}
+    """The rescued rows; a `failed` one of a `dead_letter_queues` queue was dead-lettered."""
+    params = {
+        "limit": limit,
+        "staleness_seconds": staleness_seconds,
+        "message": message,
+        "dead_letter_queues": list(dead_letter_queues),
+    }
     return Query(JOB_RESCUE_STALE_HEARTBEAT, params, query.jobs)
 
 
@@ -116,14 +156,20 @@ JOB_RESCUE_DEADLINE = Statement(
 )
 
 
-def job_rescue_deadline(*, limit: int, message: str) -> Query[list[JobSnapshot]]:
-    return Query(JOB_RESCUE_DEADLINE, {"limit": limit, "message": message}, query.jobs)
+def job_rescue_deadline(
+    *, limit: int, message: str, dead_letter_queues: Sequence[str] = ()
+) -> Query[list[JobSnapshot]]:
+    """As job_rescue_stale_heartbeat."""
+    params = {"limit": limit, "message": message, "dead_letter_queues": list(dead_letter_queues)}
+    return Query(JOB_RESCUE_DEADLINE, params, query.jobs)
 
 
-# Params: limit, message. Index: awa_jobs_cb_timeout_idx (callback_timeout_at) WHERE
-# state='waiting_external'. Exhausted jobs fail in place, others retry with backoff (T16).
-# A parked job whose unique key a newer job holds stays parked until the key is free
-# (fragments.key_free): with the default states, waiting_external holds no key.
+# Params: limit, message, dead_letter_queues. Index: awa_jobs_cb_timeout_idx
+# (callback_timeout_at) WHERE state='waiting_external'. Exhausted jobs fail in place (or,
+# on a dead-letter queue, move to the dead letters as `callback_timeout`), others retry
+# with backoff (T16). A parked job whose unique key a newer job holds stays parked until
+# the key is free (fragments.key_free): with the default states, waiting_external holds no
+# key.
 JOB_RESCUE_EXPIRED_CALLBACK = Statement(
     "job_rescue_expired_callback",
     f"""
@@ -137,18 +183,26 @@ WITH expired AS (
     UPDATE awa_jobs_hot j
     SET {_RESCUE_SET}
     FROM expired e
-    WHERE j.id = e.id AND j.state = 'waiting_external'
+    WHERE j.id = e.id AND j.state = 'waiting_external' AND NOT ({_DEAD})
     RETURNING {J_JOB_COLUMNS}
-), released AS (
-    DELETE FROM awa_active_leases l USING rescued r WHERE l.job_id = r.id
+), {_dead_letter_ctes("expired", "j.state = 'waiting_external'", "'callback_timeout'")},
+released AS (
+    DELETE FROM awa_active_leases l
+    USING (SELECT id FROM rescued UNION ALL SELECT id FROM dead) r WHERE l.job_id = r.id
 )
 SELECT * FROM rescued
+UNION ALL
+SELECT {dead_letters.AS_FAILED_JOB} FROM entered d JOIN dead m ON m.id = d.id
 """,
 )
 
 
-def job_rescue_expired_callback(*, limit: int, message: str) -> Query[list[JobSnapshot]]:
-    return Query(JOB_RESCUE_EXPIRED_CALLBACK, {"limit": limit, "message": message}, query.jobs)
+def job_rescue_expired_callback(
+    *, limit: int, message: str, dead_letter_queues: Sequence[str] = ()
+) -> Query[list[JobSnapshot]]:
+    """As job_rescue_stale_heartbeat."""
+    params = {"limit": limit, "message": message, "dead_letter_queues": list(dead_letter_queues)}
+    return Query(JOB_RESCUE_EXPIRED_CALLBACK, params, query.jobs)
 
 
 # Params: completed_seconds, failed_seconds, limit. Index: awa_jobs_finalized_idx

@@ -1,12 +1,13 @@
 """Rescues attempts whose heartbeat went stale or whose deadline passed, and parked jobs
 whose callback timed out; emits `Rescued` for each in this (the leader's) process, then
 `Exhausted` for a job whose last attempt it was (attempts are a hard bound, decision 009),
-and inserts their follow-up jobs, best-effort, once the rescue committed (decision 015)."""
+moved to the dead letters on a dead-letter queue (decision 016), and inserts their
+follow-up jobs, best-effort, once the rescue committed (decision 015)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from awa_django.client import follow_ups
 from awa_django.events import Event, Exhausted, Rescued
@@ -25,10 +26,19 @@ EXPIRED_CALLBACK = "expired_callback"
 
 
 class Rescuer:
-    def __init__(self, db: Database, staleness: float, emit: Callable[[Event], None]) -> None:
+    def __init__(
+        self,
+        db: Database,
+        staleness: float,
+        emit: Callable[[Event], None],
+        dead_letter_queues: Sequence[str] = (),
+    ) -> None:
         self.db = db
         self.staleness = staleness
         self.emit = emit
+        # A last attempt rescued on these queues moves the job to the dead letters; the
+        # statements move exactly the failed rows of these queues (decision 016).
+        self.dead_letter_queues = tuple(dead_letter_queues)
 
     async def run_once(self) -> list[tuple[str, JobSnapshot]]:
         rescued = [
@@ -41,7 +51,10 @@ class Rescuer:
             events: list[Event] = [Rescued(job=row, reason=reason)]
             if row.state == JobState.FAILED:
                 error = row.errors[-1]["error"] if row.errors else reason
-                events.append(Exhausted(job=row, error=error, attempt=row.attempt))
+                dead = row.queue in self.dead_letter_queues
+                events.append(
+                    Exhausted(job=row, error=error, attempt=row.attempt, dead_lettered=dead)
+                )
             await self._follow_ups(events)
             for event in events:
                 self.emit(event)
@@ -64,15 +77,24 @@ class Rescuer:
                 limit=BATCH,
                 staleness_seconds=self.staleness,
                 message="heartbeat stale: worker presumed dead",
+                dead_letter_queues=self.dead_letter_queues,
             )
         )
 
     async def _passed_deadlines(self) -> list[JobSnapshot]:
         return await self.db.run(
-            maintenance_sql.job_rescue_deadline(limit=BATCH, message="hard deadline exceeded")
+            maintenance_sql.job_rescue_deadline(
+                limit=BATCH,
+                message="hard deadline exceeded",
+                dead_letter_queues=self.dead_letter_queues,
+            )
         )
 
     async def _expired_callbacks(self) -> list[JobSnapshot]:
         return await self.db.run(
-            maintenance_sql.job_rescue_expired_callback(limit=BATCH, message="callback timed out")
+            maintenance_sql.job_rescue_expired_callback(
+                limit=BATCH,
+                message="callback timed out",
+                dead_letter_queues=self.dead_letter_queues,
+            )
         )
