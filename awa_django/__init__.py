@@ -30,9 +30,9 @@ from awa_django.events import (
 from awa_django.exceptions import (
     AwaError,
     CallbackNotFound,
-    FollowUpFailed,
     DeadLetterFilterRequired,
     DeadLetterNotFound,
+    FollowUpFailed,
     InvalidCallbackOption,
     InvalidDeadLetterQuery,
     InvalidEnqueueOption,
