@@ -32,6 +32,7 @@ from awa_django.exceptions import (
     InvalidCallbackOption,
     InvalidEnqueueOption,
     InvalidJobArgs,
+    InvalidQueueLimits,
     InvalidQueueName,
     InvalidSchedule,
     JobNotFound,
@@ -44,6 +45,7 @@ from awa_django.exceptions import (
     UnknownJobKind,
 )
 from awa_django.execution.context import JobContext
+from awa_django.limits import RateLimit
 from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
 from awa_django.registry.schedules import periodic
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
@@ -65,12 +67,14 @@ __all__ = [
     "InvalidCallbackOption",
     "InvalidEnqueueOption",
     "InvalidJobArgs",
+    "InvalidQueueLimits",
     "InvalidQueueName",
     "InvalidSchedule",
     "JobContext",
     "JobNotFound",
     "JobSnapshot",
     "PayloadTooLarge",
+    "RateLimit",
     "Rescued",
     "ResolveResult",
     "Retried",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -12,7 +13,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from awa_django.conf import QueueConfig, load_settings, validate_queue_name
+from awa_django.conf import QueueConfig, check_weighted, load_settings, validate_queue_name
 from awa_django.exceptions import InvalidQueueName
 from awa_django.registry import registry
 from awa_django.worker.runtime import run_worker
@@ -99,6 +100,11 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         queues = self._queues(settings.queues, options)
+        if settings.max_workers is not None:
+            try:
+                check_weighted(queues, settings.max_workers)
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
         if options["processes"] > 1:
             raise SystemExit(Supervisor(options["processes"], self._child_args()).run())
         if not logging.getLogger("awa_django").handlers and not logging.getLogger().handlers:
@@ -123,7 +129,8 @@ class Command(BaseCommand):
             deadline = base.deadline if options["deadline"] is None else options["deadline"]
             if deadline < 0:
                 raise CommandError("--deadline must be >= 0")
-            queues.append(QueueConfig(name, concurrency, deadline))
+            # replace(): the queue keeps its rate limit and weight from AWA["QUEUES"].
+            queues.append(dataclasses.replace(base, concurrency=concurrency, deadline=deadline))
         return queues
 
     @staticmethod
