@@ -80,6 +80,7 @@ class Job(models.Model):
             ("fail_callback", "Can fail external callbacks"),
             ("retry_callback", "Can retry external callbacks"),
             ("pause_queue", "Can pause and resume queues"),
+            ("set_queue_limits", "Can set queue limits (concurrency, rate)"),
         ]
         indexes = [
             models.Index(

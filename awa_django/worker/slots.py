@@ -55,6 +55,7 @@ class WeightedSlots:
     def reserve(self) -> int:
         wanted = max(0, self.cap - self.running)
         own = min(wanted, max(0, self.min_workers - (self.running - self.borrowed)))
+        self.share.caps[self.queue] = max(0, self.cap - self.min_workers)
         lent = self.share.acquire(self.queue, wanted - own) if wanted > own else 0
         self.borrowed += lent
         self.running += own + lent
