@@ -5,11 +5,12 @@ Each queue keeps its `min_workers` slots to itself; the rest (the pool) is lent 
 to the queues that have work. A queue's fair share of the pool is
 `ceil(pool x weight / sum of weights of the active queues)` (Awa's ADR-011), a queue is active
 while it wants slots or holds some, and a queue whose claim found nothing stops wanting, so
-its share goes to the others. A queue capped by its `concurrency` below its share takes only
-its cap and the rest is shared among the others by weight (water-filling). Two rules beyond Awa keep every wanting queue of weight > 0
-from starving when the shares are rounded up or the pool is smaller than the queues:
-a queue that already holds slots leaves one free slot to each queue that wants and holds
-none, and those queues are served in the order they started waiting.
+its share goes to the others. A queue capped by its `concurrency` below its share takes
+only its cap and the others share the rest by weight (water-filling). Two rules beyond Awa
+keep every wanting queue of weight > 0 from starving when the shares are rounded up or the
+pool is smaller than the queues: a queue that already holds slots leaves one free slot to
+each queue that wants and holds none, and those are served in the order they started
+waiting.
 """
 
 from __future__ import annotations

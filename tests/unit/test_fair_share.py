@@ -76,7 +76,7 @@ def test_minimums_are_always_there(
 ) -> None:
     """However the pool is lent out, a queue below its min_workers can start that many."""
     total, specs = config
-    share, slots = build(total, specs)
+    _, slots = build(total, specs)
     names = list(slots)
     for index, claims, _ in steps:
         queue = slots[names[index % len(names)]]
@@ -141,7 +141,7 @@ def test_weights_share_the_pool_three_to_one_under_saturation() -> None:
 
 
 def test_an_idle_queue_lends_its_share_and_gets_it_back() -> None:
-    share, slots = build(8, {"a": Spec(8, 0, 3), "b": Spec(8, 0, 1)})
+    _, slots = build(8, {"a": Spec(8, 0, 3), "b": Spec(8, 0, 1)})
     a, b = slots["a"], slots["b"]
     assert b.reserve() == 8
     b.unreserve(8, found_all=False)  # b found no work: it stops wanting
