@@ -114,12 +114,12 @@ def test_unused_tokens_go_back_up_to_the_burst() -> None:
 
 def test_queue_control_statements_use_an_index() -> None:
     queues_sql.rate_bucket_take(queue=Q, wanted=1, rate=1, burst=1).run("default")
-    for statement, params in [
-        (queues_sql.rate_bucket_take, {"queue": Q, "wanted": 1, "rate": 1.0, "burst": 1}),
-        (queues_sql.rate_bucket_give_back, {"queue": Q, "unused": 1, "burst": 1}),
-        (queues_sql.queue_state_overrides, {"queues": [Q]}),
-    ]:
-        query = statement(**params)  # type: ignore[operator]
+    queries: list[Query[Any]] = [
+        queues_sql.rate_bucket_take(queue=Q, wanted=1, rate=1.0, burst=1),
+        queues_sql.rate_bucket_give_back(queue=Q, unused=1, burst=1),
+        queues_sql.queue_state_overrides(queues=[Q]),
+    ]
+    for query in queries:
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL enable_seqscan = off")
             cursor.execute("EXPLAIN " + query.statement.sql, query.params)
