@@ -49,15 +49,15 @@ def started_line(worker: WorkerProcess) -> str:
 
 
 def test_a_global_rate_limit_holds_across_two_worker_processes(start_worker: StartWorker) -> None:
-    """20 jobs/s (burst 5) shared by two processes that could each run far faster: over
+    """20 jobs/s (burst 10) shared by two processes that could each run far faster: over
     the 30 s after the first second the committed claims run at 20/s within 10 %, and no
     span ever exceeds rate x span + burst."""
-    rate, burst, window = 20, 5, 30.0
+    rate, burst, window = 20, 10, 30.0
     env = flow_env({"flow-rate": {"concurrency": 10, "rate_limit": [rate, burst]}})
     workers = [start_worker(env=env), start_worker(env=env)]
     for worker in workers:
         wait_until(lambda w=worker: "started:" in w.output(), what="worker start")
-    assert "flow-rate: concurrency 10, rate 20/s burst 5 (global)" in started_line(workers[0])
+    assert "flow-rate: concurrency 10, rate 20/s burst 10 (global)" in started_line(workers[0])
 
     awa_django.enqueue_many(
         [AccNoop(i) for i in range(int(rate * (window + 6)))], queue="flow-rate"
