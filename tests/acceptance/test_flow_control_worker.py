@@ -44,6 +44,10 @@ def leases_by_queue() -> dict[str, int]:
     return {row["queue"]: row["n"] for row in rows}
 
 
+def has_started(worker: WorkerProcess) -> bool:
+    return "started:" in worker.output()
+
+
 def started_line(worker: WorkerProcess) -> str:
     return next(line for line in worker.output().splitlines() if "started:" in line)
 
@@ -55,8 +59,7 @@ def test_a_global_rate_limit_holds_across_two_worker_processes(start_worker: Sta
     rate, burst, window = 20, 10, 30.0
     env = flow_env({"flow-rate": {"concurrency": 10, "rate_limit": [rate, burst]}})
     workers = [start_worker(env=env), start_worker(env=env)]
-    for worker in workers:
-        wait_until(lambda w=worker: "started:" in w.output(), what="worker start")
+    wait_until(lambda: all(has_started(w) for w in workers), what="workers start")
     assert "flow-rate: concurrency 10, rate 20/s burst 10 (global)" in started_line(workers[0])
 
     awa_django.enqueue_many(
@@ -69,13 +72,11 @@ def test_a_global_rate_limit_holds_across_two_worker_processes(start_worker: Sta
         what="every job completed",
     )
 
-    starts = sorted(Job.objects.filter(queue="flow-rate").values_list("attempted_at", flat=True))
+    claimed = Job.objects.filter(queue="flow-rate").values_list("attempted_at", flat=True)
+    starts = sorted(t for t in claimed if t is not None)
     first = starts[0]
-    measured = [
-        t
-        for t in starts
-        if first + timedelta(seconds=1) <= t < first + timedelta(seconds=1 + window)
-    ]
+    begin, end = first + timedelta(seconds=1), first + timedelta(seconds=1 + window)
+    measured = [t for t in starts if begin <= t < end]
     achieved = len(measured) / window
     assert abs(achieved - rate) <= rate * 0.10, f"{achieved:.2f} jobs/s"
     span = (starts[-1] - first).total_seconds()
