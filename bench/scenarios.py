@@ -119,13 +119,19 @@ def drain(
 
 
 def _drain(
-    n: int, args_type: type, processes: int, slow_hook: str, profile_to: Path | None
+    n: int,
+    args_type: type,
+    processes: int,
+    slow_hook: str,
+    profile_to: Path | None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     db.reset()
     with transaction.atomic():
         awa_django.enqueue_many([args_type(n=i) for i in range(n)])
     db.analyze()
     env = {"AWA_BENCH_SLOW_HOOK": slow_hook} if slow_hook else {}
+    env.update(extra_env or {})
     scans_before, reads_before = db.dispatch_index_reads()
     with WorkerProcess(processes=processes, extra_env=env, profile_to=profile_to) as worker:
         observed = db.wait_until(
@@ -164,6 +170,20 @@ def _rounded(value: float | None) -> float | None:
 def _drained(worker: WorkerProcess) -> bool:
     worker.check_alive()
     return not db.any_pending()
+
+
+# -- rate-limited drain (docs/flow-control.md) --------------------------------------------
+RATE_LIMIT = (500.0, 50)
+
+
+def drain_rate_limited(options: Options) -> dict[str, Any]:
+    """Two worker processes drain a queue with a global limit of 500 jobs/s (burst 50),
+    far below what they could do: the achieved rate should sit just under the limit."""
+    rate, burst = RATE_LIMIT
+    n = min(options.jobs, 5_000)
+    env = {"AWA_BENCH_RATE_LIMIT": f"{rate},{burst}"}
+    figures = _drain(n, BenchAsync, 2, "", None, env)
+    return {**figures, "rate_limit": rate, "burst": burst}
 
 
 # -- (c) pickup latency -------------------------------------------------------------------
@@ -239,6 +259,7 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_sync_p2": drain(BenchSync, processes=2),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
     "floor_pinned": floor_pinned,
+    "drain_rate_limited": drain_rate_limited,
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
 }

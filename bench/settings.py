@@ -21,6 +21,10 @@ INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
 DEBUG = False
 
 AWA = {**AWA, "QUEUES": {"bench": {"concurrency": 10}}}
+# The drain_rate_limited scenario: "rate,burst" for the bench queue (a global limit).
+if env.str("AWA_BENCH_RATE_LIMIT", default=""):
+    _rate, _burst = env.str("AWA_BENCH_RATE_LIMIT").split(",")
+    AWA["QUEUES"]["bench"]["rate_limit"] = (float(_rate), int(_burst))
 
 # Worker logs at WARNING so a drain of 20,000 jobs does not measure the console.
 LOGGING = {
