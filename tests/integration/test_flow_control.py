@@ -200,26 +200,37 @@ async def in_thread(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 def test_a_rate_limited_dispatcher_sleeps_until_the_next_token_not_the_poll() -> None:
-    """Poll every 60 s: the jobs still start one token apart (5/s), so the loop woke for
-    the tokens; and it ran one claim per token, not a claim per loop turn."""
+    """Poll every 60 s, 4 jobs, 4 tokens a second: the jobs still all start within
+    seconds, so the loop woke for the tokens, not the poll; and it asked the bucket about
+    once per token (a spinning loop would ask thousands of times)."""
     jobs = JobFactory.create_batch(4)
-    queue = QueueConfig(Q, concurrency=10, rate_limit=RateLimit(5, 1), rate_scope="local")
+    queue = QueueConfig(Q, concurrency=10, rate_limit=RateLimit(4, 1), rate_scope="local")
 
-    async def step(db: Database) -> list[str]:
+    async def step(db: Database) -> tuple[int, int]:
         dispatcher = Dispatcher(queue, db, hold, "w-flow", 60.0)
+        assert dispatcher.rate is not None
+        takes = 0
+        take = dispatcher.rate.take
+
+        async def counted(wanted: int) -> Any:
+            nonlocal takes
+            takes += 1
+            return await take(wanted)
+
+        dispatcher.rate.take = counted  # type: ignore[method-assign]
         statements = count_statements(db)
         loop = asyncio.create_task(dispatcher.run())
         deadline = time.monotonic() + 20
         while await in_thread(running) < len(jobs):
             assert time.monotonic() < deadline, "jobs not claimed in time"
             await asyncio.sleep(0.02)
-        claims = statements.count("job_claim_many")
         await dispatcher.stop()
         await loop
-        return statements[:claims]
+        return takes, statements.count("job_claim_many")
 
-    statements = with_db(step)
-    assert statements.count("job_claim_many") <= len(jobs) + 1
+    takes, claims = with_db(step)
+    assert takes <= 2 * len(jobs) + 2
+    assert claims <= len(jobs) + 1
 
 
 # -- runtime overrides -----------------------------------------------------------------------
