@@ -11,6 +11,9 @@ import math
 from dataclasses import dataclass
 
 RATE_SCOPES = ("global", "local")
+# Bounds that fit the override columns (PositiveIntegerField) with room to spare.
+MAX_CONCURRENCY = 100_000
+MAX_BURST = 1_000_000
 DEFAULT_RATE_SCOPE = "global"
 
 
@@ -40,15 +43,17 @@ def rate_limit(value: object) -> RateLimit:
     rate, burst = value
     if not (_is_number(rate) and rate > 0):
         raise ValueError(f"the rate must be a number of jobs per second > 0, got {rate!r:.50}")
-    if not (_is_int(burst) and burst >= 1):
-        raise ValueError(f"the burst must be a whole number >= 1, got {burst!r:.50}")
+    if not (_is_int(burst) and 1 <= burst <= MAX_BURST):
+        raise ValueError(f"the burst must be a whole number 1..{MAX_BURST}, got {burst!r:.50}")
     return RateLimit(float(rate), int(burst))
 
 
 def concurrency(value: object) -> int:
     """A concurrency (slots of one queue in one worker process): a whole number >= 1."""
-    if not (isinstance(value, int) and _is_int(value) and value >= 1):
-        raise ValueError(f"concurrency must be a whole number >= 1, got {value!r:.50}")
+    if not (isinstance(value, int) and _is_int(value) and 1 <= value <= MAX_CONCURRENCY):
+        raise ValueError(
+            f"concurrency must be a whole number 1..{MAX_CONCURRENCY}, got {value!r:.50}"
+        )
     return value
 
 

@@ -284,8 +284,12 @@ def test_set_queue_limits_stores_the_overrides_and_who_set_them() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"concurrency": 0}, "concurrency must be a whole number >= 1"),
-        ({"concurrency": "5"}, "concurrency must be a whole number >= 1"),
+        ({"concurrency": 0}, "concurrency must be a whole number 1..100000"),
+        ({"concurrency": "5"}, "concurrency must be a whole number 1..100000"),
+        ({"concurrency": 10**10}, "concurrency must be a whole number 1..100000"),
+        ({"concurrency": True}, "concurrency must be a whole number 1..100000"),
+        ({"rate_limit": (float("nan"), 1)}, "the rate must be"),
+        ({"rate_limit": (5, 10**12)}, "the burst must be"),
         ({"rate_limit": (0, 1)}, "the rate must be"),
         ({"rate_limit": (5, 0)}, "the burst must be"),
         ({"rate_limit": "fast"}, "a rate limit is"),
