@@ -173,14 +173,14 @@ def _drained(worker: WorkerProcess) -> bool:
 
 
 # -- rate-limited drain (docs/flow-control.md) --------------------------------------------
-RATE_LIMIT = (500.0, 50)
+RATE_LIMIT = (100.0, 20)
 
 
 def drain_rate_limited(options: Options) -> dict[str, Any]:
-    """Two worker processes drain a queue with a global limit of 500 jobs/s (burst 50),
+    """Two worker processes drain a queue with a global limit of 100 jobs/s (burst 20),
     far below what they could do: the achieved rate should sit just under the limit."""
     rate, burst = RATE_LIMIT
-    n = min(options.jobs, 5_000)
+    n = min(options.jobs, 3_000)
     env = {"AWA_BENCH_RATE_LIMIT": f"{rate},{burst}"}
     figures = _drain(n, BenchAsync, 2, "", None, env)
     return {**figures, "rate_limit": rate, "burst": burst}
