@@ -38,6 +38,7 @@ from awa_django.exceptions import (
     InvalidEnqueueOption,
     InvalidJobArgs,
     InvalidJobDeclaration,
+    InvalidQueueLimits,
     InvalidQueueName,
     InvalidSchedule,
     JobNotFound,
@@ -50,6 +51,7 @@ from awa_django.exceptions import (
     UnknownJobKind,
 )
 from awa_django.execution.context import JobContext
+from awa_django.limits import RateLimit
 from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
 from awa_django.registry.follow_ups import (
     on_cancelled_enqueue,
@@ -96,12 +98,14 @@ __all__ = [
     "InvalidEnqueueOption",
     "InvalidJobArgs",
     "InvalidJobDeclaration",
+    "InvalidQueueLimits",
     "InvalidQueueName",
     "InvalidSchedule",
     "JobContext",
     "JobNotFound",
     "JobSnapshot",
     "PayloadTooLarge",
+    "RateLimit",
     "Rescued",
     "ResolveResult",
     "Retried",

@@ -25,6 +25,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from awa_django import limits
+from awa_django.limits import DEFAULT_RATE_SCOPE, RATE_SCOPES, RateLimit
+
 # \Z, not $: `$` also matches before a trailing newline ("default\n" would pass).
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}\Z")
 
@@ -50,6 +53,14 @@ class QueueConfig:
     atomic: bool = False
     # Jobs of this queue that fail for good move to the dead letters (docs/dead-letters.md).
     dead_letter: bool = False
+    # Flow control (docs/flow-control.md, decision 017): a token bucket before each claim,
+    # shared by every worker process ("global", one row per queue) or per process ("local").
+    rate_limit: RateLimit | None = None
+    rate_scope: str = DEFAULT_RATE_SCOPE
+    # Only with AWA["WORKER"]["max_workers"]: slots always reserved for this queue in a
+    # worker, and its weight in sharing the rest among queues that have work.
+    min_workers: int = 0
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +103,11 @@ class AwaSettings:
     # A job whose kind no worker has a handler for is handed back (no attempt counted) for
     # this long, so a rolling deploy never fails new work; then it fails. Decision 011.
     unknown_kind_grace: float = 3600.0
+    # AWA["WORKER"]["max_workers"]: one process's slots shared by weight among its queues
+    # (None: each queue has its own fixed `concurrency`, as before). Decision 017.
+    max_workers: int | None = None
+    # How often each worker re-reads the runtime overrides (Client.set_queue_limits).
+    override_refresh_interval: float = 2.0
 
     @property
     def callback_secret(self) -> str | None:
@@ -115,9 +131,10 @@ _SECRET_KEYS = ("CALLBACK_SECRET", "CALLBACK_SECRETS")
 _SCALAR_KEYS = {
     f.name.upper(): f.name
     for f in fields(AwaSettings)
-    if f.name not in ("queues", "callback_secrets")
+    if f.name not in ("queues", "callback_secrets", "max_workers")
 }
-_KNOWN_KEYS = {"QUEUES", *_SECRET_KEYS, *_SCALAR_KEYS}
+_KNOWN_KEYS = {"QUEUES", "WORKER", *_SECRET_KEYS, *_SCALAR_KEYS}
+_QUEUE_KEYS = tuple(f.name for f in fields(QueueConfig) if f.name != "name")
 
 
 def validate_queue_name(name: object) -> str:
@@ -131,11 +148,7 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
-_QUEUE_KEYS = ", ".join(f.name for f in fields(QueueConfig) if f.name != "name")
-_QUEUE_FLAGS = ("atomic", "dead_letter")
-
-
-def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
+def _parse_queues(raw: Any, max_workers: int | None = None) -> dict[str, QueueConfig]:
     if isinstance(raw, list | tuple):
         raw = {name: {} for name in raw}
     if not isinstance(raw, dict) or not raw:
@@ -147,26 +160,86 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
         validate_queue_name(name)
         if isinstance(options, int):
             options = {"concurrency": options}
-        try:
-            queue = QueueConfig(name=name, **(options or {}))
-        except TypeError as exc:
-            raise ImproperlyConfigured(
-                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are {_QUEUE_KEYS}.'
-            ) from exc
-        if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
-            _is_number(queue.deadline) and queue.deadline >= 0
-        ):
-            raise ImproperlyConfigured(
-                f'AWA["QUEUES"][{name!r}]: concurrency must be >= 1 and deadline >= 0.'
-            )
-        for option in _QUEUE_FLAGS:
-            if not isinstance(value := getattr(queue, option), bool):
-                raise ImproperlyConfigured(
-                    f'AWA["QUEUES"][{name!r}]["{option}"] must be True or False, '
-                    f"got {value!r:.100}."
-                )
-        queues[name] = queue
+        queues[name] = _parse_queue(name, dict(options or {}), max_workers)
+    if max_workers is not None:
+        check_weighted(list(queues.values()), max_workers)
     return queues
+
+
+def _parse_queue(name: str, options: dict[str, Any], max_workers: int | None) -> QueueConfig:
+    where = f'AWA["QUEUES"][{name!r}]'
+    unknown = set(options) - set(_QUEUE_KEYS)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed keys are "
+            f"{', '.join(_QUEUE_KEYS)}."
+        )
+    if max_workers is None and {"min_workers", "weight"} & set(options):
+        raise ImproperlyConfigured(
+            f'{where}: min_workers and weight share AWA["WORKER"]["max_workers"] slots; set '
+            'AWA["WORKER"] = {"max_workers": N} or remove them.'
+        )
+    if max_workers is not None:
+        # Weighted: `concurrency` is this queue's cap within the shared slots (decision 017).
+        options.setdefault("concurrency", max_workers)
+    try:
+        if options.get("rate_limit") is not None:
+            options["rate_limit"] = limits.rate_limit(options["rate_limit"])
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{where}: {exc}.") from exc
+    queue = QueueConfig(name=name, **options)
+    if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
+        _is_number(queue.deadline) and queue.deadline >= 0
+    ):
+        raise ImproperlyConfigured(f"{where}: concurrency must be >= 1 and deadline >= 0.")
+    if queue.rate_scope not in RATE_SCOPES:
+        raise ImproperlyConfigured(
+            f"{where}: rate_scope must be one of {', '.join(RATE_SCOPES)}, "
+            f"got {queue.rate_scope!r:.50}."
+        )
+    if not (_is_int(queue.min_workers) and 0 <= queue.min_workers <= queue.concurrency):
+        raise ImproperlyConfigured(f"{where}: min_workers must be a whole number 0..concurrency.")
+    if not (_is_number(queue.weight) and queue.weight >= 0):
+        raise ImproperlyConfigured(f"{where}: weight must be a number >= 0.")
+    for flag in ("atomic", "dead_letter"):
+        if not isinstance(value := getattr(queue, flag), bool):
+            raise ImproperlyConfigured(
+                f'{where}["{flag}"] must be True or False, got {value!r:.100}.'
+            )
+    return queue
+
+
+def check_weighted(queues: list[QueueConfig], max_workers: int) -> None:
+    """The minimums must fit in max_workers, and a queue without a minimum needs some
+    shared slots to ever run; ImproperlyConfigured says which numbers to change."""
+    reserved = sum(q.min_workers for q in queues)
+    if reserved > max_workers:
+        raise ImproperlyConfigured(
+            f'The queues\' min_workers add up to {reserved}, more than AWA["WORKER"]'
+            f'["max_workers"] = {max_workers}: raise max_workers or lower the minimums.'
+        )
+    stranded = [q.name for q in queues if q.min_workers == 0 and reserved == max_workers]
+    if stranded:
+        raise ImproperlyConfigured(
+            f"The min_workers take every one of the {max_workers} slots, so queue(s) "
+            f"{', '.join(stranded)} (min_workers 0) could never run: raise max_workers."
+        )
+
+
+def _parse_worker(raw: Any) -> int | None:
+    """AWA["WORKER"] = {"max_workers": N}: the slots one worker process shares."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"max_workers"}:
+        raise ImproperlyConfigured(
+            'AWA["WORKER"] must be a dict with one key, such as {"max_workers": 64}.'
+        )
+    value = raw.get("max_workers")
+    if value is not None and not (_is_int(value) and value >= 1):
+        raise ImproperlyConfigured(
+            f'AWA["WORKER"]["max_workers"] must be a whole number >= 1, got {value!r:.50}.'
+        )
+    return value
 
 
 _FIELD_TYPES = {f.name: str(f.type) for f in fields(AwaSettings)}
@@ -247,8 +320,9 @@ def load_settings() -> AwaSettings:
             f"got {kwargs['hook_overflow']!r:.100}."
         )
     kwargs["callback_secrets"] = _parse_callback_secrets(raw)
+    kwargs["max_workers"] = _parse_worker(raw.get("WORKER"))
     if "QUEUES" in raw:
-        kwargs["queues"] = _parse_queues(raw["QUEUES"])
+        kwargs["queues"] = _parse_queues(raw["QUEUES"], kwargs["max_workers"])
     return AwaSettings(**kwargs)
 
 

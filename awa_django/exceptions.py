@@ -106,5 +106,10 @@ class ScheduleNotFound(AwaError):
     removed)."""
 
 
+class InvalidQueueLimits(AwaError, ValueError):
+    """A queue's runtime limits are invalid: concurrency is a whole number >= 1 and a rate
+    limit is (jobs per second > 0, burst >= 1), within the bounds in `awa_django.limits`."""
+
+
 class TerminalError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""

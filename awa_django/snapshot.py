@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from awa_django.limits import RateLimit
 from awa_django.states import DEPTH_STATES, TERMINAL_STATES, JobState
 
 
@@ -84,6 +85,11 @@ class QueueStats:
     paused: bool = False
     paused_by: str = ""
     paused_at: datetime | None = None
+    # Runtime overrides (Client.set_queue_limits); None: the queue's settings apply.
+    concurrency_override: int | None = None
+    rate_override: RateLimit | None = None
+    # The limits in force, as text: settings, with overrides marked (docs/flow-control.md).
+    limits: str = ""
 
     @property
     def running(self) -> int:
@@ -110,6 +116,13 @@ class QueueStats:
             "paused": self.paused,
             "paused_by": self.paused_by,
             "paused_at": self.paused_at.isoformat() if self.paused_at else None,
+            "concurrency_override": self.concurrency_override,
+            "rate_override": (
+                None
+                if self.rate_override is None
+                else {"rate": self.rate_override.rate, "burst": self.rate_override.burst}
+            ),
+            "limits": self.limits,
         }
 
 

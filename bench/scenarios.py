@@ -126,13 +126,19 @@ def drain(
 
 
 def _drain(
-    n: int, args_type: type, processes: int, slow_hook: str, profile_to: Path | None
+    n: int,
+    args_type: type,
+    processes: int,
+    slow_hook: str,
+    profile_to: Path | None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     db.reset()
     with transaction.atomic():
         awa_django.enqueue_many([args_type(n=i) for i in range(n)])
     db.analyze()
     env = {"AWA_BENCH_SLOW_HOOK": slow_hook} if slow_hook else {}
+    env.update(extra_env or {})
     scans_before, reads_before = db.dispatch_index_reads()
     with WorkerProcess(processes=processes, extra_env=env, profile_to=profile_to) as worker:
         observed = db.wait_until(
@@ -203,6 +209,20 @@ def _fail(n: int, dead_letter: bool) -> dict[str, Any]:
         "jobs_per_s": round(n / (observed - worker.started_at), 1),
         "elapsed_s": round(observed - worker.started_at, 3),
     }
+
+
+# -- rate-limited drain (docs/flow-control.md) --------------------------------------------
+RATE_LIMIT = (100.0, 20)
+
+
+def drain_rate_limited(options: Options) -> dict[str, Any]:
+    """Two worker processes drain a queue with a global limit of 100 jobs/s (burst 20),
+    far below what they could do: the achieved rate should sit just under the limit."""
+    rate, burst = RATE_LIMIT
+    n = min(options.jobs, 3_000)
+    env = {"AWA_BENCH_RATE_LIMIT": f"{rate},{burst}"}
+    figures = _drain(n, BenchAsync, 2, "", None, env)
+    return {**figures, "rate_limit": rate, "burst": burst}
 
 
 # -- (c) pickup latency -------------------------------------------------------------------
@@ -281,6 +301,7 @@ SCENARIOS: dict[str, Scenario] = {
     "floor_pinned": floor_pinned,
     "fail_in_place": fail(dead_letter=False),
     "fail_dead_letter": fail(dead_letter=True),
+    "drain_rate_limited": drain_rate_limited,
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
 }

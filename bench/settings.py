@@ -31,6 +31,10 @@ DEBUG = False
 # AWA_BENCH_DEAD_LETTER=1 (the fail_dead_letter scenario) makes `bench` a dead-letter queue.
 _DEAD_LETTER = env.bool("AWA_BENCH_DEAD_LETTER", default=False)
 AWA = {**AWA, "QUEUES": {"bench": {"concurrency": 10, "dead_letter": _DEAD_LETTER}}}
+# The drain_rate_limited scenario: "rate,burst" for the bench queue (a global limit).
+if env.str("AWA_BENCH_RATE_LIMIT", default=""):
+    _rate, _burst = env.str("AWA_BENCH_RATE_LIMIT").split(",")
+    AWA["QUEUES"]["bench"]["rate_limit"] = (float(_rate), int(_burst))
 
 # Worker logs at WARNING so a drain of 20,000 jobs does not measure the console.
 LOGGING = {

@@ -7,6 +7,7 @@ AWA_CALLBACK_SECRETS), and `manage.py check --deploy` warns about any default le
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,19 @@ def _dead_letter_queues() -> dict[str, Any]:
     return {name: {"concurrency": 4, "dead_letter": True} for name in names}
 
 
+def _flow_control() -> dict[str, Any]:
+    """AWA_TEST_QUEUES / AWA_TEST_WORKER (JSON) and AWA_OVERRIDE_REFRESH_INTERVAL, when set:
+    the flow-control acceptance tests run workers with rate limits and weights this way."""
+    overrides: dict[str, Any] = {}
+    if env.str("AWA_TEST_QUEUES", default=""):
+        overrides["QUEUES"] = json.loads(env.str("AWA_TEST_QUEUES"))
+    if env.str("AWA_TEST_WORKER", default=""):
+        overrides["WORKER"] = json.loads(env.str("AWA_TEST_WORKER"))
+    if env.str("AWA_OVERRIDE_REFRESH_INTERVAL", default=""):
+        overrides["OVERRIDE_REFRESH_INTERVAL"] = env.float("AWA_OVERRIDE_REFRESH_INTERVAL")
+    return overrides
+
+
 AWA = {
     "QUEUES": {
         "default": {"concurrency": 10},
@@ -107,6 +121,7 @@ AWA = {
     },
     **_callback_secrets(),
     **_hook_backlog(),
+    **_flow_control(),
 }
 
 # Django's own @task functions run on awa too (docs/django-tasks.md).

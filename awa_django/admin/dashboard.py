@@ -41,6 +41,8 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "dead_letter_retention": format_duration(awa_settings().dead_letter_retention),
         "window_minutes": WINDOW_MINUTES,
         "can_pause": request.user.has_perm(PAUSE_PERMISSION),
+        "can_set_limits": request.user.has_perm("awa_django.set_queue_limits"),
+        "limits_url": reverse(f"{model_admin.admin_site.name}:awa_django_queue_limits"),
         "operation_url": reverse(f"{model_admin.admin_site.name}:awa_django_queue_operation"),
         "changelist_url": changelist,
     }
@@ -87,6 +89,8 @@ def _queue_row(stats: QueueStats, changelist: str) -> dict[str, Any]:
         "paused_by": stats.paused_by,
         "paused_at": stats.paused_at,
         "completed_url": link(JobState.COMPLETED),
+        "limits": stats.limits,
+        "overridden": stats.concurrency_override is not None or stats.rate_override is not None,
     }
 
 

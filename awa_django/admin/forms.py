@@ -47,3 +47,34 @@ class QueueOperationForm(forms.Form):
             return validate_queue_name(queue)
         except InvalidQueueName as exc:
             raise ValidationError(str(exc)) from exc
+
+
+class QueueLimitsForm(forms.Form):
+    """The dashboard's runtime limits of one queue (Client.set_queue_limits); blank fields
+    are not overridden, "clear" drops every override."""
+
+    queue = forms.CharField(max_length=200)
+    operation = forms.ChoiceField(choices=[("set", "set"), ("clear", "clear")])
+    concurrency = forms.IntegerField(required=False, min_value=1)
+    rate = forms.FloatField(required=False, min_value=0.001, help_text="jobs per second")
+    burst = forms.IntegerField(required=False, min_value=1)
+
+    def clean_queue(self) -> str:
+        queue: Any = self.cleaned_data["queue"]
+        try:
+            return validate_queue_name(queue)
+        except InvalidQueueName as exc:
+            raise ValidationError(str(exc)) from exc
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        if data.get("burst") is not None and data.get("rate") is None:
+            raise ValidationError("A burst needs a rate.")
+        return data
+
+    def rate_limit(self) -> tuple[float, int] | float | None:
+        """(rate, burst), a bare rate (burst derived from it), or None."""
+        rate, burst = self.cleaned_data.get("rate"), self.cleaned_data.get("burst")
+        if rate is None:
+            return None
+        return rate if burst is None else (rate, burst)

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from awa_django.admin import actions, dashboard, detail
+from awa_django.admin import actions, dashboard, detail, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
 from awa_django.admin.paginator import EstimatedCountPaginator
 from awa_django.display import format_duration
@@ -306,6 +306,11 @@ class JobAdmin(_ModelAdmin):
                 "dashboard/queues/",
                 wrap(lambda request: dashboard.queue_operation_view(self, request)),
                 name="awa_django_queue_operation",
+            ),
+            path(
+                "dashboard/limits/",
+                wrap(lambda request: limits.queue_limits_view(self, request)),
+                name="awa_django_queue_limits",
             ),
             path("<int:object_id>/args/", wrap(self.args_view), name="awa_django_job_args"),
         ]

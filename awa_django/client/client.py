@@ -32,6 +32,7 @@ from awa_django.codec import dumps
 from awa_django.conf import awa_settings
 from awa_django.events import Cancelled
 from awa_django.exceptions import InvalidEnqueueOption, JobNotFound
+from awa_django.limits import RateLimit
 from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
@@ -250,6 +251,23 @@ class Client(DeadLetterVerbs):
         """Let workers claim from `queue` again; idempotent."""
         return queues.resume(self.using, queue)
 
+    def set_queue_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        rate_limit: RateLimit | tuple[float, int] | float | None = None,
+        by: str = "",
+    ) -> QueueState:
+        """Override `queue`'s concurrency and rate limit `(jobs per second, burst)` on every
+        worker within a few seconds, until cleared; both are replaced (None: not
+        overridden). InvalidQueueLimits on a bad value. docs/flow-control.md."""
+        return queues.set_limits(self.using, queue, concurrency, rate_limit, by)
+
+    def clear_queue_limits(self, queue: str) -> QueueState:
+        """Drop `queue`'s runtime overrides: its settings apply again on every worker."""
+        return queues.clear_limits(self.using, queue)
+
     def queue_stats(self, window_minutes: int = 5) -> list[QueueStats]:
         """Per-queue depth by state, throughput over `window_minutes`, lag and paused flag,
         sorted by queue name (the dashboard's and `awa_status`'s figures)."""
@@ -272,6 +290,8 @@ class Client(DeadLetterVerbs):
 
     apause_queue = async_twin(pause_queue)
     aresume_queue = async_twin(resume_queue)
+    aset_queue_limits = async_twin(set_queue_limits)
+    aclear_queue_limits = async_twin(clear_queue_limits)
     aqueue_stats = async_twin(queue_stats)
     alive_workers = async_twin(live_workers)
     aunhandled_kinds = async_twin(unhandled_kinds)

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING
 
 from django.db.models.functions import Now
 
+from awa_django import limits
 from awa_django.codec import storable_text
 from awa_django.conf import awa_settings, validate_queue_name
+from awa_django.exceptions import InvalidQueueLimits
+from awa_django.limits import RateLimit
 from awa_django.registry import registry
 from awa_django.snapshot import LiveWorker, QueueStats
 
@@ -42,6 +45,40 @@ def resume(using: str, queue: str) -> QueueState:
         queue=queue, defaults={"paused": False, "paused_at": None, "paused_by": ""}
     )
     return state
+
+
+def set_limits(
+    using: str,
+    queue: str,
+    concurrency: int | None,
+    rate_limit: RateLimit | tuple[float, int] | float | None,
+    by: str,
+) -> QueueState:
+    """Replace the queue's runtime overrides as a whole (None: that limit is not
+    overridden); every worker applies them within OVERRIDE_REFRESH_INTERVAL."""
+    from awa_django.storage.models import QueueState
+
+    validate_queue_name(queue)
+    try:
+        cap = None if concurrency is None else limits.concurrency(concurrency)
+        rate = None if rate_limit is None else limits.rate_limit(rate_limit)
+    except ValueError as exc:
+        raise InvalidQueueLimits(f"queue {queue!r}: {exc}") from exc
+    state, _ = QueueState.objects.using(using).update_or_create(
+        queue=queue,
+        defaults={
+            "concurrency_override": cap,
+            "rate_override": rate.rate if rate else None,
+            "burst_override": rate.burst if rate else None,
+            "limits_by": storable_text(str(by))[:MAX_PAUSED_BY_CHARS],
+        },
+    )
+    return state
+
+
+def clear_limits(using: str, queue: str) -> QueueState:
+    """Drop the queue's runtime overrides: its settings apply again."""
+    return set_limits(using, queue, None, None, "")
 
 
 def stats(using: str, window_minutes: int) -> list[QueueStats]:

@@ -13,7 +13,8 @@ from dataclasses import fields
 from django.db.models import Count, DurationField, ExpressionWrapper, Min, Q
 from django.db.models.functions import Now
 
-from awa_django.conf import awa_settings
+from awa_django.conf import QueueConfig, awa_settings
+from awa_django.limits import RateLimit
 from awa_django.snapshot import LiveWorker, QueueStats
 from awa_django.states import DEPTH_STATES, JobState
 from awa_django.storage.models import Job, QueueState, WorkerInstance
@@ -60,6 +61,7 @@ def _stats(
     window_minutes: int,
 ) -> QueueStats:
     last_minute, in_window = completed.get(name, (0, 0))
+    concurrency, rate = _overrides(state)
     return QueueStats(
         queue=name,
         depth=depth.get(name, {}),
@@ -70,7 +72,33 @@ def _stats(
         paused=bool(state and state.paused),
         paused_by=state.paused_by if state else "",
         paused_at=state.paused_at if state else None,
+        concurrency_override=concurrency,
+        rate_override=rate,
+        limits=limits_text(awa_settings().queue(name), concurrency, rate),
     )
+
+
+def _overrides(state: QueueState | None) -> tuple[int | None, RateLimit | None]:
+    if state is None:
+        return None, None
+    rate = None
+    if state.rate_override is not None and state.burst_override is not None:
+        rate = RateLimit(state.rate_override, state.burst_override)
+    return state.concurrency_override, rate
+
+
+def limits_text(queue: QueueConfig, concurrency: int | None, rate: RateLimit | None) -> str:
+    """ "concurrency 20, rate 50/s burst 10 (global)"; overrides marked as such."""
+    parts = [
+        f"concurrency {concurrency} (override)"
+        if concurrency
+        else f"concurrency {queue.concurrency}"
+    ]
+    if rate is not None:
+        parts.append(f"rate {rate} ({queue.rate_scope}, override)")
+    elif queue.rate_limit is not None:
+        parts.append(f"rate {queue.rate_limit} ({queue.rate_scope})")
+    return ", ".join(parts)
 
 
 def _depth(db: str) -> dict[str, dict[str, int]]:

@@ -80,6 +80,7 @@ class Job(models.Model):
             ("fail_callback", "Can fail external callbacks"),
             ("retry_callback", "Can retry external callbacks"),
             ("pause_queue", "Can pause and resume queues"),
+            ("set_queue_limits", "Can set queue limits (concurrency, rate)"),
         ]
         indexes = [
             models.Index(
@@ -175,12 +176,48 @@ class QueueState(models.Model):
     paused_at = models.DateTimeField(null=True, blank=True)
     paused_by = models.CharField(max_length=200, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
+    # Runtime overrides (Client.set_queue_limits), re-read by every worker within
+    # OVERRIDE_REFRESH_INTERVAL; NULL = the queue's settings apply. Decision 017.
+    concurrency_override = models.PositiveIntegerField(null=True, blank=True)
+    rate_override = models.FloatField(null=True, blank=True)
+    burst_override = models.PositiveIntegerField(null=True, blank=True)
+    limits_by = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         db_table = "awa_queue_state"
+        constraints = [
+            # A rate override always carries its burst, so a worker never guesses one.
+            models.CheckConstraint(
+                condition=models.Q(rate_override__isnull=True, burst_override__isnull=True)
+                | models.Q(rate_override__gt=0, burst_override__gte=1),
+                name="awa_queue_state_rate_override_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(concurrency_override__isnull=True)
+                | models.Q(concurrency_override__gte=1),
+                name="awa_queue_state_concurrency_override_valid",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.queue} ({'paused' if self.paused else 'running'})"
+
+
+class RateBucket(models.Model):
+    """A queue's global rate-limit token bucket, shared by every worker process; written
+    only by `rate_bucket_take` / `rate_bucket_give_back` (storage/sql/queues.py)."""
+
+    queue = models.CharField(max_length=200, primary_key=True)
+    tokens = models.FloatField()
+    # The tokens the last take granted (RETURNING reports it; see rate_bucket_take).
+    granted = models.IntegerField(default=0)
+    refilled_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "awa_rate_buckets"
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.tokens:.2f} tokens"
 
 
 class WorkerInstance(models.Model):

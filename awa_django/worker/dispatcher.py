@@ -1,7 +1,10 @@
 """Claims jobs for one queue, as many as it has free slots, in one statement (DESIGN §4).
 
 It wakes on a NOTIFY for its queue, on a freed slot while the queue may hold more work,
-and on the poll timer (NOTIFY is only a hint; the timer alone keeps it correct).
+and on the poll timer (NOTIFY is only a hint; the timer alone keeps it correct). Its slots
+are the queue's own or a share of the worker's (worker/slots.py); a rate-limited queue
+takes tokens for them first and, when it has work but no token, sleeps until the next one
+is due (worker/rate_gate.py). Runtime overrides retune both (`apply_limits`).
 """
 
 from __future__ import annotations
@@ -9,14 +12,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from awa_django.conf import QueueConfig
+from awa_django.limits import RateLimit
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
+from awa_django.worker.rate_gate import RateGate, rate_gate
+from awa_django.worker.slots import FixedSlots
 
 logger = logging.getLogger("awa_django.worker")
+
+
+class Slots(Protocol):
+    cap: int
+    running: int
+
+    def reserve(self) -> int: ...
+
+    def unreserve(self, count: int, *, found_all: bool) -> None: ...
+
+    def release(self) -> None: ...
 
 
 class Dispatcher:
@@ -28,6 +47,7 @@ class Dispatcher:
         worker_id: str,
         poll_interval: float,
         may_claim: Callable[[], bool] = lambda: True,
+        slots: Slots | None = None,
     ) -> None:
         self.queue = queue
         self.db = db
@@ -36,46 +56,91 @@ class Dispatcher:
         self.poll_interval = poll_interval
         # False while the runtime holds claims back (a full hook backlog under "pause").
         self.may_claim = may_claim
-        self.running = 0
+        self.slots: Slots = slots or FixedSlots(queue.concurrency)
+        self.rate: RateGate | None = None
+        self.apply_limits(None, None)
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         self._maybe_more = True
+        self._blocked = False  # the last reserve got no slot (the shared pool is lent out)
+        self._token_due = 0.0  # monotonic time of the next token, while rate-limited
+
+    @property
+    def running(self) -> int:
+        return self.slots.running
 
     @property
     def free_slots(self) -> int:
-        return self.queue.concurrency - self.running
+        return self.slots.cap - self.slots.running
+
+    def apply_limits(self, concurrency: int | None, rate: RateLimit | None) -> None:
+        """Runtime overrides (None: the queue's settings); takes effect at the next claim."""
+        self.slots.cap = concurrency or self.queue.concurrency
+        limit = rate or self.queue.rate_limit
+        if limit is None:
+            self.rate = None
+        elif self.rate is None:
+            self.rate = rate_gate(self.queue.name, limit, self.queue.rate_scope, self.db)
+        elif self.rate.limit != limit:
+            self.rate.retune(limit)
+
+    def describe(self) -> str:
+        """The effective limits, for the startup log and awa_status."""
+        parts = [f"concurrency {self.slots.cap}"]
+        if self.rate is not None:
+            parts.append(f"rate {self.rate.limit} ({self.queue.rate_scope})")
+        return ", ".join(parts)
 
     def wake(self) -> None:
         self._wake.set()
 
     async def run_once(self) -> int:
-        """Reserve the free slots, then claim up to that many jobs; start each one."""
-        free = self.free_slots
-        if free <= 0 or self.stopping:
+        """Reserve the free slots (and as many tokens), claim up to that many jobs in one
+        statement, start each one; what the claim did not fill goes back."""
+        if self.stopping:
             return 0
         if not self.may_claim():
             self._maybe_more = False  # wait for the poll timer, do not spin
             return 0
-        self.running += free  # reserve first: a slot is never promised twice
+        free = self.slots.reserve()  # reserve first: a slot is never promised twice
+        self._blocked = free <= 0
+        if self._blocked:
+            return 0
         try:
-            rows = await self.db.run(
-                jobs_sql.job_claim_many(
-                    queue=self.queue.name,
-                    limit=free,
-                    worker_id=self.worker_id,
-                    deadline_seconds=self.queue.deadline,
-                )
-            )
-        finally:
-            self.running -= free
+            limit = await self._take_tokens(free)
+            rows = await self._claim(limit) if limit else []
+        except BaseException:
+            self.slots.unreserve(free, found_all=True)
+            raise
+        self.slots.unreserve(free - len(rows), found_all=0 < len(rows) == limit)
         self._maybe_more = len(rows) == free
         for row in rows:
-            self.running += 1
             task = asyncio.create_task(self._execute(row))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+        if self.rate is not None and len(rows) < limit:
+            self._token_due = 0.0  # the queue ran dry, not the bucket
+            await self.rate.give_back(limit - len(rows))  # after the starts: never strands a job
         return len(rows)
+
+    async def _take_tokens(self, free: int) -> int:
+        if self.rate is None:
+            return free
+        grant = await self.rate.take(free)
+        self._token_due = time.monotonic() + grant.wait if grant.wait else 0.0
+        return grant.granted
+
+    async def _claim(self, limit: int) -> list[JobSnapshot]:
+        return await self.db.run(
+            jobs_sql.job_claim_many(
+                queue=self.queue.name,
+                limit=limit,
+                worker_id=self.worker_id,
+                deadline_seconds=self.queue.deadline,
+            )
+        )
 
     async def _execute(self, row: JobSnapshot) -> None:
         try:
@@ -85,7 +150,7 @@ class Dispatcher:
             logger.exception("job %s (%s): executor failed", row.id, row.kind)
 
     def _release(self) -> None:
-        self.running -= 1
+        self.slots.release()
         if self._maybe_more:
             self._wake.set()
 
@@ -104,7 +169,13 @@ class Dispatcher:
                 )
                 await asyncio.sleep(delay)
                 continue
-            if self._maybe_more and self.free_slots > 0:
+            token_wait = self._token_due - time.monotonic()
+            if self._token_due and token_wait > 0:
+                # Work waits for a token: sleep until it is due (a wake-up would find none).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), token_wait)
+                continue
+            if self._maybe_more and not self._blocked and self.free_slots > 0:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval)
@@ -113,4 +184,5 @@ class Dispatcher:
     async def stop(self) -> None:
         """Stop claiming; in-flight attempts go on (the runtime waits for `tasks`)."""
         self.stopping = True
+        self._stopped.set()
         self._wake.set()

@@ -14,12 +14,13 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from awa_django.conf import AwaSettings, QueueConfig
+from awa_django.conf import AwaSettings, QueueConfig, check_weighted
 from awa_django.events import Event
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import TRANSIENT_ERRORS, Database
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.executor import Executor
+from awa_django.worker.fair_share import FairShare
 from awa_django.worker.heartbeat import Heartbeat
 from awa_django.worker.hook_queue import HookQueue
 from awa_django.worker.inflight import InFlight
@@ -30,7 +31,9 @@ from awa_django.worker.maintenance.loop import MaintenanceLoop
 from awa_django.worker.maintenance.promoter import Promoter
 from awa_django.worker.maintenance.pruner import Pruner
 from awa_django.worker.maintenance.rescuer import Rescuer
+from awa_django.worker.overrides import OverrideReader
 from awa_django.worker.registrar import REFRESH_SECONDS, Registrar
+from awa_django.worker.slots import WeightedSlots
 from awa_django.worker.supervisor import SUPERVISOR_ENV
 
 logger = logging.getLogger("awa_django.worker")
@@ -73,7 +76,8 @@ class Runtime:
         """Claiming, running and finishing attempts: dispatchers, executor, completer,
         heartbeat, listener and the hook queue."""
         s = self.settings
-        slots = sum(q.concurrency for q in self.queues)
+        slots = s.max_workers or sum(q.concurrency for q in self.queues)
+        self.share = self._fair_share()
         self.inflight = InFlight()
         self.threads = ThreadPoolExecutor(
             max_workers=s.sync_threads or slots, thread_name_prefix="awa-job"
@@ -98,11 +102,36 @@ class Runtime:
                 self.worker_id,
                 s.poll_interval,
                 may_claim=lambda: not self.hook_queue.full,
+                slots=self._weighted_slots(q),
             )
             for q in self.queues
         ]
+        self.overrides = OverrideReader(self.db, self.dispatchers, s.override_refresh_interval)
         self.listener = Listener(self.db, self.dispatchers, self.inflight)
         self.heartbeat = Heartbeat(self.db, self.inflight, s.heartbeat_interval)
+
+    def _fair_share(self) -> FairShare | None:
+        """With AWA["WORKER"]["max_workers"], every queue draws on one shared pool."""
+        max_workers = self.settings.max_workers
+        if max_workers is None:
+            return None
+        check_weighted(self.queues, max_workers)
+        pool = max_workers - sum(q.min_workers for q in self.queues)
+        return FairShare(pool, {q.name: q.weight for q in self.queues})
+
+    def _weighted_slots(self, queue: QueueConfig) -> WeightedSlots | None:
+        if self.share is None:
+            return None
+        return WeightedSlots(
+            queue.name, queue.concurrency, queue.min_workers, self.share, self._wake_wanting
+        )
+
+    def _wake_wanting(self) -> None:
+        """Pool slots came free: the queues waiting for them try again at once."""
+        wanting = self.share.wanting if self.share else {}
+        for dispatcher in self.dispatchers:
+            if dispatcher.queue.name in wanting:
+                dispatcher.wake()
 
     def _build_maintenance(self) -> None:
         """Leader election, the maintenance services it schedules, and the registrar."""
@@ -164,6 +193,7 @@ class Runtime:
         self._build()
         self._install_signal_handlers()
         await self.db.open()
+        await self._read_overrides()
         self.heartbeat.start()
         self._dispatching = [asyncio.ensure_future(d.run()) for d in self.dispatchers]
         self._spawn(
@@ -173,14 +203,27 @@ class Runtime:
             self.maintenance.run(),
             self._registrar_loop(),
             self._watch_supervisor(),
+            self.overrides.run(),
         )
-        logger.info(
-            "awa worker %s started: %s",
-            self.worker_id,
-            ", ".join(f"{q.name}={q.concurrency}" for q in self.queues),
-        )
+        logger.info("awa worker %s started: %s", self.worker_id, self._limits_line())
         await self._stop.wait()
         return await self.drain()
+
+    async def _read_overrides(self) -> None:
+        try:
+            await self.overrides.run_once()
+        except TRANSIENT_ERRORS as exc:
+            logger.warning("reading the queue overrides failed: %s", exc)
+
+    def _limits_line(self) -> str:
+        """The effective limits of every queue (settings and overrides), for the log."""
+        queues = "; ".join(f"{d.queue.name}: {d.describe()}" for d in self.dispatchers)
+        if self.settings.max_workers is None:
+            return queues
+        weights = ", ".join(
+            f"{q.name} min {q.min_workers} weight {q.weight:g}" for q in self.queues
+        )
+        return f"{queues}; max_workers {self.settings.max_workers} shared by weight ({weights})"
 
     def _spawn(self, *coroutines: Awaitable[Any]) -> None:
         for coroutine in coroutines:

@@ -68,9 +68,25 @@ def test_table_shows_each_queue_with_its_figures():
         "1",
         "1",
     )
-    assert rows["email"][-3:] == ["paused", "by", "ops"]
+    assert rows["email"][-5:] == ["paused", "by", "ops", "concurrency", "4"]
     assert dict(zip(header, rows["default"], strict=False))["failed"] == "2"
     assert "box:77 leader" in "\n".join(lines)
+
+
+@pytest.mark.django_db
+def test_runtime_overrides_show_in_the_table_and_the_json():
+    Client().set_queue_limits("email", concurrency=2, rate_limit=(5, 3))
+    email = next(line for line in status().splitlines() if line.startswith("email"))
+    assert email.endswith("concurrency 2 (override), rate 5/s burst 3 (global, override)")
+    doc = json.loads(status("--json"))
+    queue = next(q for q in doc["queues"] if q["queue"] == "email")
+    assert (queue["concurrency_override"], queue["rate_override"]) == (
+        2,
+        {"rate": 5.0, "burst": 3},
+    )
+    Client().clear_queue_limits("email")
+    email = next(line for line in status().splitlines() if line.startswith("email"))
+    assert email.split()[-3:] == ["active", "concurrency", "4"]
 
 
 @pytest.mark.django_db

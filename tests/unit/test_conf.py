@@ -106,7 +106,8 @@ def test_queues_must_be_a_non_empty_mapping(raw: Any) -> None:
 
 def test_queue_option_typo_lists_allowed_keys() -> None:
     with pytest.raises(
-        ImproperlyConfigured, match="allowed keys are concurrency, deadline, atomic, dead_letter"
+        ImproperlyConfigured,
+        match="allowed keys are concurrency, deadline, atomic, dead_letter, rate_limit",
     ):
         settings_from({"QUEUES": {"a": {"concurency": 2}}})
 

@@ -89,6 +89,7 @@ def _table(stats: list[QueueStats], window: int) -> str:
         f"done/{window}m",
         "lag",
         "status",
+        "limits",
     ]
     rows = [header] + [
         [
@@ -98,6 +99,7 @@ def _table(stats: list[QueueStats], window: int) -> str:
             str(q.completed_in_window),
             format_duration(q.lag_seconds),
             f"paused by {q.paused_by}" if q.paused and q.paused_by else _status(q),
+            q.limits,
         ]
         for q in stats
     ]

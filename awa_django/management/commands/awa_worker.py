@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
 import sys
-from dataclasses import replace
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from awa_django.conf import QueueConfig, load_settings, validate_queue_name
+from awa_django.conf import QueueConfig, check_weighted, load_settings, validate_queue_name
 from awa_django.exceptions import InvalidQueueName
 from awa_django.registry import registry
 from awa_django.worker.runtime import run_worker
@@ -100,6 +100,11 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         queues = self._queues(settings.queues, options)
+        if settings.max_workers is not None:
+            try:
+                check_weighted(queues, settings.max_workers)
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
         if options["processes"] > 1:
             raise SystemExit(Supervisor(options["processes"], self._child_args()).run())
         if not logging.getLogger("awa_django").handlers and not logging.getLogger().handlers:
@@ -124,8 +129,9 @@ class Command(BaseCommand):
             deadline = base.deadline if options["deadline"] is None else options["deadline"]
             if deadline < 0:
                 raise CommandError("--deadline must be >= 0")
-            # replace(), so the queue's other settings (dead_letter) come along.
-            queues.append(replace(base, concurrency=concurrency, deadline=deadline))
+            # replace(): the queue keeps its other settings from AWA["QUEUES"] (rate limit,
+            # weight, atomic, dead_letter).
+            queues.append(dataclasses.replace(base, concurrency=concurrency, deadline=deadline))
         return queues
 
     @staticmethod
