@@ -1,5 +1,6 @@
-"""Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync) and pickup probes that
-record when the handler started in `job.result` (stored in the `result` column)."""
+"""Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync) and pickup
+probes that record when the handler started in `job.result` (stored in the `result`
+column)."""
 
 from __future__ import annotations
 
