@@ -1,6 +1,7 @@
-"""Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync), pickup probes that
-record when the handler started in `job.result` (stored in the `result` column), and a
-handler that fails for good at once (the failure path, dead-lettered or not)."""
+"""Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync), pickup
+probes that record when the handler started in `job.result` (stored in the `result`
+column), and a handler that fails for good at once (the failure path, dead-lettered or
+not)."""
 
 from __future__ import annotations
 
