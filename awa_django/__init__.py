@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import (
     Client,
     ResolveResult,
@@ -28,10 +29,12 @@ from awa_django.events import (
 )
 from awa_django.exceptions import (
     AwaError,
+    BulkOperationNotFound,
     CallbackNotFound,
     InvalidCallbackOption,
     InvalidEnqueueOption,
     InvalidJobArgs,
+    InvalidJobFilter,
     InvalidQueueName,
     InvalidSchedule,
     JobNotFound,
@@ -53,6 +56,9 @@ from awa_django.web.signing import callback_url, sign_callback_request
 
 __all__ = [
     "AwaError",
+    "BulkAction",
+    "BulkOperationNotFound",
+    "BulkProgress",
     "CallbackNotFound",
     "CallbackToken",
     "Cancel",
@@ -65,9 +71,11 @@ __all__ = [
     "InvalidCallbackOption",
     "InvalidEnqueueOption",
     "InvalidJobArgs",
+    "InvalidJobFilter",
     "InvalidQueueName",
     "InvalidSchedule",
     "JobContext",
+    "JobFilter",
     "JobNotFound",
     "JobSnapshot",
     "PayloadTooLarge",

@@ -36,6 +36,9 @@ DEFAULT_MAX_ATTEMPTS = 25
 # django.tasks range mapped as 2 - p (docs/decisions/001-priority-mapping.md).
 MIN_PRIORITY, MAX_PRIORITY = -98, 102
 MIN_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS = 1, 1000
+# Priority aging never lifts a job above Awa's urgent level: a job stored at 1 or lower
+# (more urgent) never ages (docs/decisions/018-priority-aging-and-bulk-operations.md).
+AGING_TOP_PRIORITY = 1
 HOOK_OVERFLOW_POLICIES = ("drop", "pause")
 
 
@@ -45,6 +48,9 @@ class QueueConfig:
     concurrency: int = 10
     # Hard wall-clock limit per attempt; 0 disables the deadline.
     deadline: float = 300.0
+    # Seconds an available job waits per priority level it gains (up to
+    # AGING_TOP_PRIORITY); None or 0 turns aging off (docs/worker.md, decision 018).
+    priority_aging: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,9 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
+_QUEUE_KEYS = ", ".join(f.name for f in fields(QueueConfig) if f.name != "name")
+
+
 def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
     if isinstance(raw, list | tuple):
         raw = {name: {} for name in raw}
@@ -135,7 +144,7 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
             queue = QueueConfig(name=name, **(options or {}))
         except TypeError as exc:
             raise ImproperlyConfigured(
-                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are concurrency and deadline.'
+                f'AWA["QUEUES"][{name!r}]: {exc}; allowed keys are {_QUEUE_KEYS}.'
             ) from exc
         if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
             _is_number(queue.deadline) and queue.deadline >= 0
@@ -143,8 +152,17 @@ def _parse_queues(raw: Any) -> dict[str, QueueConfig]:
             raise ImproperlyConfigured(
                 f'AWA["QUEUES"][{name!r}]: concurrency must be >= 1 and deadline >= 0.'
             )
+        _check_priority_aging(name, queue.priority_aging)
         queues[name] = queue
     return queues
+
+
+def _check_priority_aging(queue: str, seconds: object) -> None:
+    if seconds is not None and not (_is_number(seconds) and seconds >= 0):  # type: ignore[operator]
+        raise ImproperlyConfigured(
+            f'AWA["QUEUES"][{queue!r}]["priority_aging"] must be a number of seconds >= 0 '
+            f"(0 or None turns aging off), got {seconds!r:.100}."
+        )
 
 
 _FIELD_TYPES = {f.name: str(f.type) for f in fields(AwaSettings)}

@@ -2,6 +2,7 @@
 resolution) and to read the operators' figures, on Django's connection so it joins the
 caller's transaction. Surfaces import from here, never from `awa_django.storage`."""
 
+from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client.callbacks import ResolveResult
 from awa_django.client.client import Client
 from awa_django.client.shortcuts import aenqueue, aenqueue_many, enqueue, enqueue_many
@@ -10,7 +11,10 @@ from awa_django.states import DEPTH_STATES
 
 __all__ = [
     "DEPTH_STATES",
+    "BulkAction",
+    "BulkProgress",
     "Client",
+    "JobFilter",
     "LiveWorker",
     "QueueStats",
     "ResolveResult",

@@ -105,7 +105,7 @@ def test_queues_must_be_a_non_empty_mapping(raw: Any) -> None:
 
 
 def test_queue_option_typo_lists_allowed_keys() -> None:
-    with pytest.raises(ImproperlyConfigured, match="allowed keys are concurrency and deadline"):
+    with pytest.raises(ImproperlyConfigured, match="allowed keys are concurrency, deadline"):
         settings_from({"QUEUES": {"a": {"concurency": 2}}})
 
 

@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -123,7 +124,7 @@ class Command(BaseCommand):
             deadline = base.deadline if options["deadline"] is None else options["deadline"]
             if deadline < 0:
                 raise CommandError("--deadline must be >= 0")
-            queues.append(QueueConfig(name, concurrency, deadline))
+            queues.append(replace(base, concurrency=concurrency, deadline=deadline))
         return queues
 
     @staticmethod

@@ -1,8 +1,9 @@
-"""Deletes terminal jobs past their retention, in small batches, and forgets workers
-that vanished without deregistering."""
+"""Deletes terminal jobs past their retention, in small batches, forgets workers that
+vanished without deregistering, and drops finished bulk operations after FAILED_RETENTION."""
 
 from __future__ import annotations
 
+from awa_django.storage.sql import bulk as bulk_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.storage.sql import workers as workers_sql
 from awa_django.worker.database import Database
@@ -18,6 +19,9 @@ class Pruner:
         self.prune = maintenance_sql.job_prune_terminal(
             completed_seconds=completed_retention, failed_seconds=failed_retention, limit=BATCH
         )
+        self.prune_operations = bulk_sql.bulk_operation_prune(
+            older_than_seconds=failed_retention, limit=BATCH
+        )
 
     async def run_once(self) -> int:
         total = 0
@@ -29,4 +33,5 @@ class Pruner:
         await self.db.run(
             workers_sql.worker_instance_prune(older_than_seconds=FORGET_WORKERS_AFTER)
         )
+        await self.db.run(self.prune_operations)
         return total
