@@ -22,6 +22,7 @@ AWA_TABLES = (
     "awa_queue_state",
     "awa_worker_instances",
     "awa_leader_lease",
+    "awa_bulk_operations",
 )
 
 

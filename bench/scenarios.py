@@ -18,6 +18,7 @@ import awa_django
 from . import database as db
 from . import procfs
 from .benchapp.jobs import BenchAsync, BenchSync, PickupAsync, PickupSync
+from .bulk import bulk_retry
 from .floor import run_enqueue_floor, run_floor
 from .stats import latency_ms
 from .worker import WorkerProcess
@@ -32,6 +33,7 @@ class Options:
     enqueue_jobs: int = 2_000  # enqueue one by one
     pickup_jobs: int = 200
     pickup_interval: float = 0.02
+    bulk_jobs: int = 1_000_000  # bulk_retry: failed jobs retried in one operation
     profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
 
 
@@ -241,6 +243,7 @@ SCENARIOS: dict[str, Scenario] = {
     "floor_pinned": floor_pinned,
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
+    "bulk_retry": bulk_retry,
 }
 GROUPS = {
     "enqueue": [
@@ -254,5 +257,6 @@ GROUPS = {
     "pinned": ["drain_async_pinned", "floor_pinned"],
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
+    "bulk": ["bulk_retry"],
     "all": list(SCENARIOS),
 }
