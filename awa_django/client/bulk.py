@@ -9,6 +9,8 @@ The ORM side of storage is imported on first use, as in queues.py.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -68,14 +70,37 @@ def start(
     return operation.id
 
 
-def run(using: str, operation_id: int, on_progress: ProgressCallback | None) -> BulkProgress:
-    """Chunks until the operation is complete; `on_progress` hears after each commit."""
+def check_rate(max_per_second: float | None) -> float | None:
+    if max_per_second is None:
+        return None
+    valid = isinstance(max_per_second, int | float) and not isinstance(max_per_second, bool)
+    if not (valid and math.isfinite(max_per_second) and max_per_second > 0):
+        raise InvalidJobFilter(f"max_per_second must be > 0, got {max_per_second!r:.30}")
+    return float(max_per_second)
+
+
+def run(
+    using: str,
+    operation_id: int,
+    on_progress: ProgressCallback | None,
+    max_per_second: float | None = None,
+) -> BulkProgress:
+    """Chunks until the operation is complete; `on_progress` hears after each commit.
+    With `max_per_second`, waits between chunks so that no more jobs than that are looked
+    at per second: the database's CPU and I/O are shared with the workers (decision 018)."""
+    pace = check_rate(max_per_second)
+    looked_at = get(using, operation_id).matched if pace else 0
     while True:
+        began = time.monotonic()
         progress = run_chunk(using, operation_id)
         if on_progress is not None:
             on_progress(progress)
         if progress.finished:
             return progress
+        if pace is not None:
+            due = (progress.matched - looked_at) / pace - (time.monotonic() - began)
+            time.sleep(max(0.0, due))
+        looked_at = progress.matched
 
 
 def run_chunk(using: str, operation_id: int) -> BulkProgress:

@@ -3,7 +3,8 @@
 
 Each verb runs in chunks of `chunk_size` jobs, one transaction each, and records the
 operation, so `resume_bulk(id)` finishes one that stopped; `on_progress` is called with a
-`BulkProgress` after every chunk. Inside the caller's transaction the chunks are savepoints
+`BulkProgress` after every chunk; `max_per_second` paces it to leave the database to the
+workers. Inside the caller's transaction the chunks are savepoints
 of it (one transaction after all): call these outside `atomic()` for large sets.
 """
 
@@ -23,6 +24,7 @@ class RunOptions(TypedDict, total=False):
     chunk_size: int  # jobs per transaction, 1..10,000 (default 2,000)
     on_progress: ProgressCallback | None  # called after each committed chunk
     created_by: str  # who asked, recorded on the operation
+    max_per_second: float | None  # pace: at most this many jobs looked at per second
 
 
 class BulkVerbs:
@@ -78,11 +80,15 @@ class BulkVerbs:
         return bulk.count(self.using, BulkAction(action), where)
 
     def resume_bulk(
-        self, operation_id: int, *, on_progress: ProgressCallback | None = None
+        self,
+        operation_id: int,
+        *,
+        on_progress: ProgressCallback | None = None,
+        max_per_second: float | None = None,
     ) -> BulkProgress:
         """Carry on a stopped operation after its last committed chunk (a finished one is
         returned as it is); BulkOperationNotFound if there is none."""
-        return bulk.run(self.using, operation_id, on_progress)
+        return bulk.run(self.using, operation_id, on_progress, max_per_second)
 
     def bulk_operation(self, operation_id: int) -> BulkProgress:
         """One operation as recorded; BulkOperationNotFound if there is none."""
@@ -101,6 +107,7 @@ class BulkVerbs:
         priority: int | None = None,
         target_queue: str | None = None,
     ) -> BulkProgress:
+        bulk.check_rate(run.get("max_per_second"))
         operation_id = bulk.start(
             self.using,
             action,
@@ -110,7 +117,7 @@ class BulkVerbs:
             priority=priority,
             target_queue=target_queue,
         )
-        return bulk.run(self.using, operation_id, run.get("on_progress"))
+        return bulk.run(self.using, operation_id, run.get("on_progress"), run.get("max_per_second"))
 
     abulk_cancel = async_twin(bulk_cancel)
     abulk_retry = async_twin(bulk_retry)

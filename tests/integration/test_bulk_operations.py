@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import Client
+from awa_django.client import bulk as client_bulk
 from awa_django.events import Cancelled
 from awa_django.exceptions import BulkOperationNotFound, InvalidJobFilter, InvalidQueueName
 from awa_django.storage.models import ActiveLease, BulkOperation, Job
@@ -194,6 +195,19 @@ def test_a_stopped_operation_resumes_after_its_last_chunk() -> None:
     assert client.bulk_operations()[0] == final
 
 
+def test_max_per_second_waits_between_chunks_for_what_each_looked_at(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    JobFactory.create_batch(5, state="failed")
+    waits: list[float] = []
+    monkeypatch.setattr(client_bulk.time, "sleep", waits.append)  # record, do not wait
+    progress = Client().retry_failed(queue=Q, chunk_size=2, max_per_second=1)
+    assert progress.done == 5
+    # Two full chunks of 2 jobs at 1 job/s: about 2 s after each, less the chunk's own time;
+    # none after the last one.
+    assert len(waits) == 2 and all(1.0 < w <= 2.0 for w in waits), waits
+
+
 def test_resume_of_an_unknown_operation_is_a_clear_error() -> None:
     with pytest.raises(BulkOperationNotFound):
         Client().resume_bulk(10**12)
@@ -248,6 +262,7 @@ def test_skip_keyed_leaves_every_keyed_row_of_the_chunk() -> None:
         (lambda: Client().bulk_set_priority(JobFilter(), 500), InvalidJobFilter),
         (lambda: Client().bulk_move_queue(JobFilter(), "bad name"), InvalidQueueName),
         (lambda: Client().bulk_cancel(JobFilter(), chunk_size=0), InvalidJobFilter),
+        (lambda: Client().drain_queue(Q, max_per_second=0), InvalidJobFilter),
     ],
 )
 def test_bad_input_is_a_typed_error_before_anything_changes(make: Any, error: type) -> None:

@@ -4,6 +4,7 @@ with a progress bar on stderr, a dry run, a confirmation and `--resume ID`
 
     manage.py awa_jobs retry-failed --queue email --dry-run
     manage.py awa_jobs cancel --kind import_row --state available --state scheduled --yes
+    manage.py awa_jobs --max-per-second 2000 retry-failed --kind import_row --yes
     manage.py awa_jobs --resume 42
 """
 
@@ -51,6 +52,9 @@ class Command(BaseCommand):
         parser.add_argument("--resume", type=int, metavar="ID", help="finish operation ID")
         parser.add_argument("--show", type=int, metavar="ID", help="print operation ID")
         parser.add_argument("--database", default=None, help="database alias (default: AWA)")
+        parser.add_argument(
+            "--max-per-second", type=float, metavar="N", help="pace: at most N jobs a second"
+        )
         verbs = parser.add_subparsers(dest="verb", required=False)
         for verb, (_, scope) in VERBS.items():
             sub = verbs.add_parser(verb, help=f"{verb} the matching jobs")
@@ -80,7 +84,12 @@ class Command(BaseCommand):
             if options["show"] is not None:
                 self.stdout.write(describe(client.bulk_operation(options["show"])))
             elif options["resume"] is not None:
-                self._finish(client.resume_bulk(options["resume"], on_progress=self._bar()))
+                progress = client.resume_bulk(
+                    options["resume"],
+                    on_progress=self._bar(),
+                    max_per_second=options["max_per_second"],
+                )
+                self._finish(progress)
             elif options["verb"]:
                 self._run(client, options)
             else:
@@ -98,7 +107,11 @@ class Command(BaseCommand):
             return
         if not options["yes"] and not self._confirm(f"{options['verb']} {noun}?"):
             raise CommandError("aborted; nothing changed")
-        run = {"chunk_size": options["chunk_size"], "on_progress": self._bar()}
+        run = {
+            "chunk_size": options["chunk_size"],
+            "on_progress": self._bar(),
+            "max_per_second": options["max_per_second"],
+        }
         self._finish(start(client, options, where, created_by="awa_jobs", **run))
 
     def _confirm(self, question: str) -> bool:
