@@ -1,6 +1,7 @@
 """`bulk_retry`: `Client.retry_failed` over N failed jobs (default 1,000,000) of one queue
 while a worker drains another, and that worker's completion rate during the operation
 against windows just before and just after it (decision 018: target >= 80 %).
+`bulk_retry_paced` is the same with `max_per_second=PACED` (2,000 jobs/s).
 
 The failed rows are written with one `INSERT ... SELECT generate_series`; the drained queue
 is kept above a backlog by `enqueue_many` top-ups in every phase alike, so the three rates
@@ -27,6 +28,7 @@ BACKLOG = 20_000  # bench jobs kept available, topped up in batches of this size
 WINDOW = 20.0  # seconds of the before and after windows
 SAMPLE = 1.0  # seconds between samples of the completed count
 CHUNK = 2000
+PACED = 2000.0
 
 FILL_FAILED = """
 INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts, run_at,
@@ -42,6 +44,14 @@ FROM generate_series(1, %(rows)s) AS g
 
 
 def bulk_retry(options: Any) -> dict[str, Any]:
+    return _bulk_retry(options, None)
+
+
+def bulk_retry_paced(options: Any) -> dict[str, Any]:
+    return _bulk_retry(options, PACED)
+
+
+def _bulk_retry(options: Any, max_per_second: float | None) -> dict[str, Any]:
     db.reset()
     with connection.cursor() as cursor:
         cursor.execute(FILL_FAILED, {"queue": FAILED_QUEUE, "rows": options.bulk_jobs})
@@ -52,7 +62,7 @@ def bulk_retry(options: Any) -> dict[str, Any]:
         db.wait_until(lambda: feeder.completed() > 0, 120.0, 0.05, "the first completion")
         before = feeder.rate(WINDOW, worker)
         outcome: dict[str, Any] = {}
-        thread = threading.Thread(target=_retry_all, args=(outcome,))
+        thread = threading.Thread(target=_retry_all, args=(outcome, max_per_second))
         began = time.perf_counter()
         thread.start()
         during = feeder.rate(None, worker, while_alive=thread)
@@ -65,6 +75,7 @@ def bulk_retry(options: Any) -> dict[str, Any]:
     return {
         "jobs": options.bulk_jobs,
         "chunk_size": CHUNK,
+        "max_per_second": max_per_second,
         "elapsed_s": round(took, 2),
         "jobs_per_s": round(options.bulk_jobs / took, 1),
         "drain_before_per_s": round(before, 1),
@@ -74,9 +85,11 @@ def bulk_retry(options: Any) -> dict[str, Any]:
     }
 
 
-def _retry_all(outcome: dict[str, Any]) -> None:
+def _retry_all(outcome: dict[str, Any], max_per_second: float | None) -> None:
     try:
-        outcome["progress"] = awa_django.Client().retry_failed(queue=FAILED_QUEUE, chunk_size=CHUNK)
+        outcome["progress"] = awa_django.Client().retry_failed(
+            queue=FAILED_QUEUE, chunk_size=CHUNK, max_per_second=max_per_second
+        )
     finally:
         connection.close()  # this thread's own connection
 

@@ -18,7 +18,7 @@ import awa_django
 from . import database as db
 from . import procfs
 from .benchapp.jobs import BenchAsync, BenchSync, PickupAsync, PickupSync
-from .bulk import bulk_retry
+from .bulk import bulk_retry, bulk_retry_paced
 from .floor import run_enqueue_floor, run_floor
 from .stats import latency_ms
 from .worker import WorkerProcess
@@ -244,6 +244,7 @@ SCENARIOS: dict[str, Scenario] = {
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
     "bulk_retry": bulk_retry,
+    "bulk_retry_paced": bulk_retry_paced,
 }
 GROUPS = {
     "enqueue": [
@@ -257,6 +258,6 @@ GROUPS = {
     "pinned": ["drain_async_pinned", "floor_pinned"],
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
-    "bulk": ["bulk_retry"],
+    "bulk": ["bulk_retry", "bulk_retry_paced"],
     "all": list(SCENARIOS),
 }
