@@ -45,6 +45,7 @@ def test_a_batch_job_behind_a_stream_of_urgent_jobs_starts_within_its_aging_boun
 
     job = wait_until(started, timeout=BOUND + 20, what="the batch job to start")
     assert job.original_priority == 4 and job.priority == AGING_TOP_PRIORITY
+    assert job.attempted_at is not None
     waited = (job.attempted_at - job.created_at).total_seconds()
     assert waited <= BOUND, f"started after {waited:.2f}s; the bound is {BOUND}s"
     overtaken = Job.objects.filter(

@@ -9,6 +9,7 @@ Transactional tests: each chunk commits on its own, and Cancelled fires after it
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import psycopg
@@ -17,7 +18,6 @@ from django.utils import timezone
 
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import Client
-from awa_django.client import bulk as client_bulk
 from awa_django.events import Cancelled
 from awa_django.exceptions import BulkOperationNotFound, InvalidJobFilter, InvalidQueueName
 from awa_django.storage.models import ActiveLease, BulkOperation, Job
@@ -200,7 +200,7 @@ def test_max_per_second_waits_between_chunks_for_what_each_looked_at(
 ) -> None:
     JobFactory.create_batch(5, state="failed")
     waits: list[float] = []
-    monkeypatch.setattr(client_bulk.time, "sleep", waits.append)  # record, do not wait
+    monkeypatch.setattr(time, "sleep", waits.append)  # record, do not wait
     progress = Client().retry_failed(queue=Q, chunk_size=2, max_per_second=1)
     assert progress.done == 5
     # Two full chunks of 2 jobs at 1 job/s: about 2 s after each, less the chunk's own time;
