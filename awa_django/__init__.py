@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import (
     Client,
     ResolveResult,
@@ -29,6 +30,7 @@ from awa_django.events import (
 )
 from awa_django.exceptions import (
     AwaError,
+    BulkOperationNotFound,
     CallbackNotFound,
     DeadLetterFilterRequired,
     DeadLetterNotFound,
@@ -38,6 +40,7 @@ from awa_django.exceptions import (
     InvalidEnqueueOption,
     InvalidJobArgs,
     InvalidJobDeclaration,
+    InvalidJobFilter,
     InvalidQueueLimits,
     InvalidQueueName,
     InvalidSchedule,
@@ -76,6 +79,9 @@ from awa_django.web.signing import callback_url, sign_callback_request
 
 __all__ = [
     "AwaError",
+    "BulkAction",
+    "BulkOperationNotFound",
+    "BulkProgress",
     "CallbackNotFound",
     "CallbackToken",
     "Cancel",
@@ -98,10 +104,12 @@ __all__ = [
     "InvalidEnqueueOption",
     "InvalidJobArgs",
     "InvalidJobDeclaration",
+    "InvalidJobFilter",
     "InvalidQueueLimits",
     "InvalidQueueName",
     "InvalidSchedule",
     "JobContext",
+    "JobFilter",
     "JobNotFound",
     "JobSnapshot",
     "PayloadTooLarge",

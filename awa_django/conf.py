@@ -39,6 +39,9 @@ DEFAULT_MAX_ATTEMPTS = 25
 # django.tasks range mapped as 2 - p (docs/decisions/001-priority-mapping.md).
 MIN_PRIORITY, MAX_PRIORITY = -98, 102
 MIN_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS = 1, 1000
+# Priority aging never lifts a job above Awa's urgent level: a job stored at 1 or lower
+# (more urgent) never ages (docs/decisions/018-priority-aging-and-bulk-operations.md).
+AGING_TOP_PRIORITY = 1
 HOOK_OVERFLOW_POLICIES = ("drop", "pause")
 
 
@@ -61,6 +64,9 @@ class QueueConfig:
     # worker, and its weight in sharing the rest among queues that have work.
     min_workers: int = 0
     weight: float = 1.0
+    # Seconds an available job waits per priority level it gains (up to
+    # AGING_TOP_PRIORITY); None or 0 turns aging off (docs/worker.md, decision 018).
+    priority_aging: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +207,7 @@ def _parse_queue(name: str, options: dict[str, Any], max_workers: int | None) ->
         raise ImproperlyConfigured(f"{where}: min_workers must be a whole number 0..concurrency.")
     if not (_is_number(queue.weight) and queue.weight >= 0):
         raise ImproperlyConfigured(f"{where}: weight must be a number >= 0.")
+    _check_priority_aging(name, queue.priority_aging)
     for flag in ("atomic", "dead_letter"):
         if not isinstance(value := getattr(queue, flag), bool):
             raise ImproperlyConfigured(
@@ -240,6 +247,14 @@ def _parse_worker(raw: Any) -> int | None:
             f'AWA["WORKER"]["max_workers"] must be a whole number >= 1, got {value!r:.50}.'
         )
     return value
+
+
+def _check_priority_aging(queue: str, seconds: object) -> None:
+    if seconds is not None and not (_is_number(seconds) and seconds >= 0):  # type: ignore[operator]
+        raise ImproperlyConfigured(
+            f'AWA["QUEUES"][{queue!r}]["priority_aging"] must be a number of seconds >= 0 '
+            f"(0 or None turns aging off), got {seconds!r:.100}."
+        )
 
 
 _FIELD_TYPES = {f.name: str(f.type) for f in fields(AwaSettings)}

@@ -19,3 +19,8 @@ def format_duration(seconds: float | None) -> str:
         return f"{hours}h {minutes}m"
     days, hours = divmod(hours, 24)
     return f"{days}d {hours}h"
+
+
+def format_priority(priority: int, original: int | None) -> str:
+    """`2`, or `2 (aged from 4)` while priority aging has lifted it (decision 018)."""
+    return str(priority) if original is None else f"{priority} (aged from {original})"

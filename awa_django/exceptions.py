@@ -111,5 +111,14 @@ class InvalidQueueLimits(AwaError, ValueError):
     limit is (jobs per second > 0, burst >= 1), within the bounds in `awa_django.limits`."""
 
 
+class InvalidJobFilter(AwaError, ValueError):
+    """A bulk operation's filter or argument is invalid (an unknown state, a naive
+    datetime, a state the action never touches, a priority out of range)."""
+
+
+class BulkOperationNotFound(AwaError):
+    """No bulk operation has this id (finished ones are pruned after FAILED_RETENTION)."""
+
+
 class TerminalError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""

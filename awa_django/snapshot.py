@@ -41,6 +41,8 @@ class JobSnapshot:
     attempted_by: list[str]
     # The django.tasks marker ({"backend", "run_after"}) of a job enqueued as a Django task.
     django_task: dict[str, Any] | None = None
+    # The enqueued priority while priority aging has lifted `priority` (None: not aged).
+    original_priority: int | None = None
 
     @property
     def is_terminal(self) -> bool:

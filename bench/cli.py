@@ -24,6 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--enqueue-jobs", type=int, default=2_000, help="enqueue_one size")
     parser.add_argument("--pickup-jobs", type=int, default=200)
     parser.add_argument("--pickup-interval-ms", type=float, default=20.0)
+    parser.add_argument("--bulk-jobs", type=int, default=1_000_000, help="bulk_retry size")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--profile-dir",
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         enqueue_jobs=args.enqueue_jobs,
         pickup_jobs=args.pickup_jobs,
         pickup_interval=args.pickup_interval_ms / 1000,
+        bulk_jobs=args.bulk_jobs,
         profile_dir=args.profile_dir,
     )
     summaries, failed = [], False

@@ -23,6 +23,7 @@ AWA_TABLES = (
     "awa_worker_instances",
     "awa_leader_lease",
     "awa_dead_letters",
+    "awa_bulk_operations",
 )
 
 

@@ -25,6 +25,7 @@ from .benchapp.jobs import (
     PickupAsync,
     PickupSync,
 )
+from .bulk import bulk_retry, bulk_retry_paced
 from .floor import run_enqueue_floor, run_floor
 from .stats import latency_ms
 from .worker import WorkerProcess
@@ -39,6 +40,7 @@ class Options:
     enqueue_jobs: int = 2_000  # enqueue one by one
     pickup_jobs: int = 200
     pickup_interval: float = 0.02
+    bulk_jobs: int = 1_000_000  # bulk_retry: failed jobs retried in one operation
     profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
 
 
@@ -304,6 +306,8 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_rate_limited": drain_rate_limited,
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
+    "bulk_retry": bulk_retry,
+    "bulk_retry_paced": bulk_retry_paced,
 }
 GROUPS = {
     "enqueue": [
@@ -320,5 +324,6 @@ GROUPS = {
     # atomic=True beside the plain sync handlers it must stay within half of (decision 015).
     "atomic": ["drain_sync", "drain_atomic"],
     "fail": ["fail_in_place", "fail_dead_letter"],
+    "bulk": ["bulk_retry", "bulk_retry_paced"],
     "all": list(SCENARIOS),
 }

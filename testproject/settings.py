@@ -113,11 +113,22 @@ def _flow_control() -> dict[str, Any]:
     return overrides
 
 
+def _aged_queues() -> dict[str, Any]:
+    """AWA_PRIORITY_AGING="queue=seconds[,queue=seconds]": extra queues with priority aging
+    (the acceptance tests age a queue this way). Unset, none."""
+    aged = {}
+    for item in env.list("AWA_PRIORITY_AGING", default=[]):
+        name, _, seconds = item.partition("=")
+        aged[name.strip()] = {"concurrency": 1, "priority_aging": float(seconds)}
+    return aged
+
+
 AWA = {
     "QUEUES": {
         "default": {"concurrency": 10},
         "email": {"concurrency": 4, "deadline": 60},
         **_dead_letter_queues(),
+        **_aged_queues(),
     },
     **_callback_secrets(),
     **_hook_backlog(),

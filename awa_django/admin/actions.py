@@ -15,14 +15,17 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from awa_django.admin import bulk
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
+from awa_django.bulk import BulkAction
 from awa_django.client import Client
 from awa_django.exceptions import CallbackNotFound, FollowUpFailed
 from awa_django.states import JobState
 from awa_django.storage.models import Job
 
-# One action handles at most this many jobs: retry/cancel are one statement each, the
-# callback actions one transaction per job.
+# One action handles at most this many selected jobs: retry/cancel are one statement each,
+# the callback actions one transaction per job. "Select all N" on retry/cancel has no such
+# bound: it runs the chunked bulk operation over the list's filter (bulk.py).
 MAX_BULK = 10_000
 MAX_CALLBACKS = 500
 
@@ -47,26 +50,49 @@ def report(request: HttpRequest, noun: str, verb: str, done: int, skipped: int, 
     messages.add_message(request, messages.WARNING if skipped else messages.SUCCESS, text)
 
 
+def _across(
+    modeladmin: Any, request: HttpRequest, action: BulkAction
+) -> tuple[bool, TemplateResponse | None]:
+    """Whether "select all N" applies (then the chunked bulk operation over the change
+    list's filter runs, after a confirmation page), and that page if it is due."""
+    where = bulk.changelist_filter(request) if bulk.selects_across(request) else None
+    if where is None:
+        return False, None
+    return True, bulk.confirm_or_run(modeladmin, request, _client(), action, where)
+
+
 @admin.action(permissions=["retry_job"], description="Retry selected jobs")
-def retry_jobs(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+def retry_jobs(
+    modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
+) -> TemplateResponse | None:
+    across, page = _across(modeladmin, request, BulkAction.RETRY)
+    if across:
+        return page
     ids = _selected_ids(request, queryset, MAX_BULK)
     if ids is not None:
         retried = _client().retry_many(ids)
         why = "not failed, cancelled or waiting_external"
         report(request, "job", "retried", len(retried), len(ids) - len(retried), why)
+    return None
 
 
 @admin.action(permissions=["cancel_job"], description="Cancel selected jobs")
-def cancel_jobs(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+def cancel_jobs(
+    modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
+) -> TemplateResponse | None:
+    across, page = _across(modeladmin, request, BulkAction.CANCEL)
+    if across:
+        return page
     ids = _selected_ids(request, queryset, MAX_BULK)
     if ids is not None:
         try:
             cancelled = _client().cancel_many(ids)
         except FollowUpFailed as exc:
             messages.error(request, f"Nothing was cancelled: {exc}")
-            return
+            return None
         why = "already completed, failed or cancelled"
         report(request, "job", "cancelled", len(cancelled), len(ids) - len(cancelled), why)
+    return None
 
 
 def _resolve_callbacks(

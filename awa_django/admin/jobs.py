@@ -26,7 +26,7 @@ from django.utils.safestring import SafeString
 from awa_django.admin import actions, dashboard, detail, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
 from awa_django.admin.paginator import EstimatedCountPaginator
-from awa_django.display import format_duration
+from awa_django.display import format_duration, format_priority
 from awa_django.states import TERMINAL_STATES
 from awa_django.storage.models import ActiveLease, Job
 
@@ -97,6 +97,7 @@ class JobAdmin(_ModelAdmin):
         "queue",
         "state_badge",
         "attempts",
+        "priority_label",
         "run_at",
         "age",
         "last_error",
@@ -125,7 +126,7 @@ class JobAdmin(_ModelAdmin):
         "kind",
         "queue",
         "state_badge",
-        "priority",
+        "priority_label",
         "attempts",
         "run_lease",
         "tags",
@@ -150,7 +151,7 @@ class JobAdmin(_ModelAdmin):
             {
                 "fields": (
                     ("id", "kind", "queue"),
-                    ("state_badge", "attempts", "priority", "run_lease"),
+                    ("state_badge", "attempts", "priority_label", "run_lease"),
                     "tags",
                     ("callback_id", "callback_timeout_at"),
                 )
@@ -236,6 +237,10 @@ class JobAdmin(_ModelAdmin):
     @admin.display(description="attempt")
     def attempts(self, obj: Job) -> str:
         return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="priority")
+    def priority_label(self, obj: Job) -> str:
+        return format_priority(obj.priority, obj.original_priority)
 
     @admin.display(description="age")
     def age(self, obj: Job) -> str:

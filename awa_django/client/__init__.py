@@ -2,6 +2,7 @@
 resolution) and to read the operators' figures, on Django's connection so it joins the
 caller's transaction. Surfaces import from here, never from `awa_django.storage`."""
 
+from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client.callbacks import ResolveResult
 from awa_django.client.client import Client
 from awa_django.client.shortcuts import aenqueue, aenqueue_many, enqueue, enqueue_many
@@ -17,11 +18,14 @@ from awa_django.states import DEPTH_STATES, DeadLetterReason
 
 __all__ = [
     "DEPTH_STATES",
+    "BulkAction",
+    "BulkProgress",
     "Client",
     "DeadLetterPage",
     "DeadLetterReason",
     "DeadLetterRetry",
     "DeadLetterSnapshot",
+    "JobFilter",
     "LiveWorker",
     "QueueStats",
     "ResolveResult",

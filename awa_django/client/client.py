@@ -18,6 +18,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from awa_django.client import callbacks, follow_ups, inserts, queues, schedules, unique
+from awa_django.client.bulk_verbs import BulkVerbs
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
@@ -43,10 +44,11 @@ if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
 
 
-class Client(DeadLetterVerbs):
+class Client(BulkVerbs, DeadLetterVerbs):
     """Operations on jobs and queues through Django's database connection `using`
     (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
-    `a`-prefixed async twin. The dead-letter verbs come from `DeadLetterVerbs`."""
+    `a`-prefixed async twin. The bulk operations come from `BulkVerbs` (bulk_verbs.py), the
+    dead-letter verbs from `DeadLetterVerbs` (dead_letter_verbs.py)."""
 
     def __init__(self, using: str | None = None) -> None:
         self._using = using

@@ -68,6 +68,9 @@ class Job(models.Model):
     django_task = models.JSONField(null=True, blank=True)
     # Worker ids of the most recent attempts (at most 10), for django.tasks' worker_ids.
     attempted_by = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    # The priority the job was enqueued with, set when priority aging first lifts it
+    # (NULL: never aged); promotion and retry put it back (decision 018).
+    original_priority = models.SmallIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "awa_jobs_hot"
@@ -357,3 +360,36 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.id} (dead letter: {self.reason})"
+
+
+class BulkOperation(models.Model):
+    """One bulk operation (`Client.bulk_*`): its filter, action and keyset cursor, advanced
+    in the transaction of each chunk, so a stopped operation resumes after the last job id
+    it looked at. Finished ones are kept for inspection and pruned after FAILED_RETENTION."""
+
+    id = models.BigAutoField(primary_key=True)
+    action = models.CharField(max_length=20)
+    filter = models.JSONField(default=dict)
+    priority = models.SmallIntegerField(null=True, blank=True)
+    target_queue = models.CharField(max_length=200, null=True, blank=True)
+    state = models.CharField(
+        max_length=20, choices=[("running", "running"), ("completed", "completed")]
+    )
+    chunk_size = models.IntegerField()
+    cursor = models.BigIntegerField(default=0)
+    matched = models.BigIntegerField(default=0)
+    done = models.BigIntegerField(default=0)
+    skipped = models.BigIntegerField(default=0)
+    conflicts = models.BigIntegerField(default=0)
+    total_estimate = models.BigIntegerField(default=0)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "awa_bulk_operations"
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"bulk {self.action} #{self.id} ({self.state})"

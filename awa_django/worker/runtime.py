@@ -25,6 +25,7 @@ from awa_django.worker.heartbeat import Heartbeat
 from awa_django.worker.hook_queue import HookQueue
 from awa_django.worker.inflight import InFlight
 from awa_django.worker.listener import Listener
+from awa_django.worker.maintenance.ager import Ager
 from awa_django.worker.maintenance.cron import CronScheduler
 from awa_django.worker.maintenance.leader import LeaderElector
 from awa_django.worker.maintenance.loop import MaintenanceLoop
@@ -159,6 +160,12 @@ class Runtime:
                 # Sync before the first evaluation, so a new leader fires what it declares.
                 (s.cron_sync_interval, self.cron.sync),
                 (s.cron_interval, self.cron.run_once),
+                # Priority aging, every configured queue that asks for it (decision 018).
+                *(
+                    (q.priority_aging, Ager(self.db, q.name, q.priority_aging).run_once)
+                    for q in s.queues.values()
+                    if q.priority_aging
+                ),
             ],
         )
         self.registrar = Registrar(

@@ -128,3 +128,29 @@ def test_operator_opens_the_dead_letters_from_the_dashboard_and_retries_one(
     job = Job.objects.get(pk=letter.pk)
     assert (job.state, job.attempt, job.queue) == ("available", 0, "payments")
     assert not DeadLetter.objects.filter(pk=letter.pk).exists()
+
+
+def test_operator_retries_all_failed_jobs_matching_the_filter_after_confirming(
+    live_server: Any, page: Any, operator: str, screenshot_dir: Any
+) -> None:
+    """More failed jobs than one page shows: "Select all", Retry, a confirmation page with
+    the count of the whole filter, then the chunked bulk operation (decision 018)."""
+    from playwright.sync_api import expect
+
+    JobFactory.create_batch(55, queue="bulk-e2e", state="failed", finalized_at=timezone.now())
+    untouched = JobFactory(queue="elsewhere", state="failed", finalized_at=timezone.now())
+
+    log_in(page, live_server.url, operator, "/admin/awa_django/job/?queue=bulk-e2e")
+    page.check("#action-toggle")
+    page.click(".actions .question a")  # "Select all 55 jobs"
+    page.select_option("select[name=action]", "retry_jobs")
+    page.click("button[name=index]")
+
+    expect(page.locator(".awa-bulk-count")).to_contain_text("Retry all 55 jobs")
+    page.screenshot(path=str(screenshot_dir / "bulk_confirm.png"), full_page=True)
+    assert Job.objects.filter(queue="bulk-e2e", state="failed").count() == 55
+    page.click("text=Yes, retry 55 jobs")
+
+    expect(page.locator(".messagelist")).to_contain_text("55 jobs retried (bulk operation")
+    assert Job.objects.filter(queue="bulk-e2e", state="available").count() == 55
+    assert Job.objects.get(pk=untouched.pk).state == "failed"

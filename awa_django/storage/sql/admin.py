@@ -44,7 +44,8 @@ def job_cancel_many(*, ids: list[int]) -> Query[list[JobSnapshot]]:
 
 
 # Params: ids int8[]. Each retried job's queue is notified (duplicates fold into one). T21:
-# failed / cancelled / waiting_external → available, attempt reset, errors and run_lease kept.
+# failed / cancelled / waiting_external → available, attempt reset, errors and run_lease kept,
+# the enqueued priority restored if aging had lifted it (decision 018).
 JOB_RETRY_MANY = Statement(
     "job_retry_many",
     f"""
@@ -57,7 +58,8 @@ WITH target AS (
 ), retried AS (
     UPDATE awa_jobs_hot j
     SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
-        callback_id = NULL, callback_timeout_at = NULL, callback_result = NULL
+        callback_id = NULL, callback_timeout_at = NULL, callback_result = NULL,
+        priority = coalesce(j.original_priority, j.priority), original_priority = NULL
     FROM target t WHERE j.id = t.id
     RETURNING {J_JOB_COLUMNS}
 ), released AS (

@@ -22,7 +22,8 @@ from awa_django.storage.sql.fragments import (
 # Trap: the states are literals, not parameters, so the partial index always matches
 # (a parameterised state made Awa's promotion ~100x slower). Returns the distinct queues
 # with counts, and wakes each queue's dispatchers once. A due job whose unique key another
-# job holds is left scheduled until the key is free (fragments.key_free).
+# job holds is left scheduled until the key is free (fragments.key_free). A job that priority
+# aging lifted before its attempt gets its enqueued priority back and ages anew (018).
 JOB_PROMOTE_DUE = Statement(
     "job_promote_due",
     f"""
@@ -33,7 +34,8 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
-    UPDATE awa_jobs_hot j SET state = 'available', run_at = now()
+    UPDATE awa_jobs_hot j SET state = 'available', run_at = now(),
+        priority = coalesce(j.original_priority, j.priority), original_priority = NULL
     FROM due WHERE j.id = due.id AND j.state IN ('scheduled', 'retryable')
     RETURNING j.queue
 )

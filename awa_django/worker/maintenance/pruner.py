@@ -1,9 +1,11 @@
-"""Deletes terminal jobs and dead letters past their retention, in small batches, and
-forgets workers that vanished without deregistering."""
+"""Deletes terminal jobs and dead letters past their retention, in small batches, forgets
+workers that vanished without deregistering, and drops finished bulk operations after
+FAILED_RETENTION."""
 
 from __future__ import annotations
 
 from awa_django.storage.query import Query
+from awa_django.storage.sql import bulk as bulk_sql
 from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.storage.sql import workers as workers_sql
@@ -29,6 +31,9 @@ class Pruner:
         self.prune_dead_letters = dead_letters_sql.dead_letter_prune(
             retention_seconds=dead_letter_retention, limit=BATCH
         )
+        self.prune_operations = bulk_sql.bulk_operation_prune(
+            older_than_seconds=failed_retention, limit=BATCH
+        )
 
     async def run_once(self) -> int:
         """How many terminal jobs and dead letters were deleted."""
@@ -37,6 +42,7 @@ class Pruner:
         await self.db.run(
             workers_sql.worker_instance_prune(older_than_seconds=FORGET_WORKERS_AFTER)
         )
+        await self.db.run(self.prune_operations)
         return total
 
     async def _batches(self, prune: Query[int]) -> int:
