@@ -85,6 +85,9 @@ class AwaSettings:
     # A job whose kind no worker has a handler for is handed back (no attempt counted) for
     # this long, so a rolling deploy never fails new work; then it fails. Decision 011.
     unknown_kind_grace: float = 3600.0
+    # The leader's per-minute queue rollups (the dashboard's charts) are kept this long.
+    # Decision 021.
+    rollup_retention: float = 24 * 3600.0
 
     @property
     def callback_secret(self) -> str | None:

@@ -82,5 +82,13 @@ class ScheduleNotFound(AwaError):
     removed)."""
 
 
+class MetricsUnavailable(AwaError):
+    """--metrics-port needs prometheus-client: pip install 'awa-django[metrics]'."""
+
+
+class InvalidThreshold(AwaError, ValueError):
+    """A monitoring threshold is out of range (lag seconds >= 0, failure rate 0..1)."""
+
+
 class TerminalError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from awa_django.conf import QueueConfig
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
+from awa_django.worker.metrics import WorkerMetrics
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -28,6 +30,7 @@ class Dispatcher:
         worker_id: str,
         poll_interval: float,
         may_claim: Callable[[], bool] = lambda: True,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.queue = queue
         self.db = db
@@ -36,6 +39,7 @@ class Dispatcher:
         self.poll_interval = poll_interval
         # False while the runtime holds claims back (a full hook backlog under "pause").
         self.may_claim = may_claim
+        self.metrics = metrics or WorkerMetrics.disabled()
         self.running = 0
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
@@ -58,6 +62,7 @@ class Dispatcher:
             self._maybe_more = False  # wait for the poll timer, do not spin
             return 0
         self.running += free  # reserve first: a slot is never promised twice
+        began = time.monotonic()
         try:
             rows = await self.db.run(
                 jobs_sql.job_claim_many(
@@ -69,6 +74,7 @@ class Dispatcher:
             )
         finally:
             self.running -= free
+        self.metrics.claimed(self.queue.name, len(rows), time.monotonic() - began)
         self._maybe_more = len(rows) == free
         for row in rows:
             self.running += 1
