@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, cast, overload
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from awa_django.client import callbacks, inserts, queues, schedules, unique
+from awa_django.client import callbacks, inserts, observability, queues, schedules, unique
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.rows import (
@@ -31,7 +31,14 @@ from awa_django.codec import dumps
 from awa_django.conf import awa_settings
 from awa_django.events import Cancelled
 from awa_django.exceptions import InvalidEnqueueOption, JobNotFound
-from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
+from awa_django.snapshot import (
+    JobSnapshot,
+    KindFigures,
+    LiveWorker,
+    QueueStats,
+    RollupPoint,
+    ScheduleSnapshot,
+)
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
@@ -269,6 +276,20 @@ class Client:
 
     apause_queue = async_twin(pause_queue)
     aresume_queue = async_twin(resume_queue)
+
+    # -- history (decision 021) ----------------------------------------------------------
+    def queue_history(self, minutes: int = 60) -> list[RollupPoint]:
+        """Per-queue, per-minute rollups of the last `minutes`, oldest first."""
+        return observability.history(self.using, minutes)
+
+    def kind_figures(self, minutes: int = 60) -> list[KindFigures]:
+        """Per kind: jobs finalized in the last `minutes`, failure rate, p95 run time."""
+        return observability.kinds(self.using, minutes)
+
+    def queue_outcomes(self, minutes: int = 5) -> dict[str, tuple[int, int]]:
+        """{queue: (completed, failed)} of the jobs finalized in the last `minutes`."""
+        return observability.outcomes(self.using, minutes)
+
     aqueue_stats = async_twin(queue_stats)
     alive_workers = async_twin(live_workers)
     aunhandled_kinds = async_twin(unhandled_kinds)
