@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from awa_django.admin import actions, dashboard, detail
+from awa_django.admin import actions, dashboard, detail, history
 from awa_django.admin.filters import KindFilter, QueueFilter
 from awa_django.admin.paginator import EstimatedCountPaginator
 from awa_django.display import format_duration
@@ -293,6 +293,14 @@ class JobAdmin(_ModelAdmin):
             raise PermissionDenied
         return JsonResponse(job.args, safe=False, json_dumps_params={"indent": 2})
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list, with the state summary bar above it (admin/history.py)."""
+        changelist = reverse(f"{self.admin_site.name}:awa_django_job_changelist")
+        summary = history.state_summary(self, changelist)
+        return super().changelist_view(request, {**(extra_context or {}), **summary})
+
     # -- URLs -----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -306,6 +314,11 @@ class JobAdmin(_ModelAdmin):
                 "dashboard/queues/",
                 wrap(lambda request: dashboard.queue_operation_view(self, request)),
                 name="awa_django_queue_operation",
+            ),
+            path(
+                "dashboard/history/",
+                wrap(lambda request: history.history_view(self, request)),
+                name="awa_django_dashboard_history",
             ),
             path("<int:object_id>/args/", wrap(self.args_view), name="awa_django_job_args"),
         ]

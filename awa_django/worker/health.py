@@ -27,37 +27,33 @@ PROBE_TIMEOUT_SECONDS = 2
 
 
 class DatabaseProbe:
-    """`SELECT 1` on a dedicated connection, reconnecting after any failure."""
+    """`SELECT 1` on a fresh connection, given PROBE_TIMEOUT_SECONDS in all.
+
+    A fresh connection per probe (a few milliseconds every few seconds) and a thread with
+    a deadline: a database that stopped answering without closing anything (a dead network
+    path) must turn the probe to 503, not hang it on a statement that never returns."""
 
     def __init__(self, kwargs: dict[str, Any]) -> None:
-        timeout_ms = PROBE_TIMEOUT_SECONDS * 1000
-        options = f"{kwargs.get('options', '')} -c statement_timeout={timeout_ms}".strip()
-        self.kwargs = {
-            **kwargs,
-            "connect_timeout": PROBE_TIMEOUT_SECONDS,
-            "tcp_user_timeout": timeout_ms,
-            "options": options,
-            "application_name": f"{kwargs.get('application_name', 'awa-worker')} probe"[:63],
-        }
-        self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()
+        name = f"{kwargs.get('application_name', 'awa-worker')} probe"[:63]
+        self.kwargs = {**kwargs, "connect_timeout": PROBE_TIMEOUT_SECONDS, "application_name": name}
 
     def run_once(self) -> str | None:
-        """None when the database answered, else why not."""
-        with self._lock:
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(**self.kwargs)
-                self._conn.execute("SELECT 1")
-                return None
-            except psycopg.Error as exc:
-                self.close()
-                return f"database unreachable: {str(exc).strip()[:200]}"
+        """None when the database answered in time, else why not."""
+        answer: list[str | None] = []
+        thread = threading.Thread(target=lambda: answer.append(self._select_one()), daemon=True)
+        thread.start()
+        thread.join(PROBE_TIMEOUT_SECONDS + 0.5)
+        if not answer:
+            return f"database unreachable: no answer within {PROBE_TIMEOUT_SECONDS}s"
+        return answer[0]
 
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+    def _select_one(self) -> str | None:
+        try:
+            with psycopg.connect(**self.kwargs) as conn:
+                conn.execute("SELECT 1")
+            return None
+        except psycopg.Error as exc:
+            return f"database unreachable: {str(exc).strip()[:200]}"
 
 
 class HealthServer:
