@@ -283,7 +283,7 @@ class QueueRollup(models.Model):
     completed = models.IntegerField(default=0)
     failed = models.IntegerField(default=0)
     cancelled = models.IntegerField(default=0)
-    # Retries of the jobs that finalized in this minute (their non-terminal error entries).
+    # Retries of the jobs that finalized in this minute (their attempts before the last).
     retried = models.IntegerField(default=0)
     # Seconds, over the jobs that finalized in this minute: wait is created_at → the last
     # claim, run is the last claim → finalized_at. NULL when no job finalized.

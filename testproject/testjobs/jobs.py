@@ -227,3 +227,24 @@ if os.environ.get("AWA_TEST_CRON") == "1":
     awa_django.periodic(
         CRON_EVERY_SECOND, "* * * * * *", AccNoop(n=-1), missed_fire_policy="catch_up"
     )
+
+
+@dataclass
+class AccOutcome:
+    """Ends as asked (the metrics test's known workload): "complete", "fail" (terminal),
+    "retry" (one retry, then completes) or "cancel"."""
+
+    outcome: str
+    n: int = 0
+
+
+@awa_django.job(AccOutcome, queue="acc")
+def acc_outcome(job: JobContext[AccOutcome]) -> Any:
+    wanted = job.args.outcome
+    if wanted == "fail":
+        raise awa_django.TerminalError("asked to fail")
+    if wanted == "retry" and job.attempt == 1:
+        return awa_django.RetryAfter(0.05)
+    if wanted == "cancel":
+        return awa_django.Cancel("asked to cancel")
+    return None

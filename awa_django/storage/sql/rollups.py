@@ -49,7 +49,8 @@ def _figures(rows: query.Rows, count: int) -> list[QueueFigure]:
 # depth/lag part as in QUEUE_DEPTH_LAG. The states are literals so both partial indexes
 # match. Idempotent: a minute rolled up twice gets the same counts (ON CONFLICT updates
 # them); depth and lag are snapshots, kept from the first time a minute was written.
-# retried counts the non-terminal error entries of the minute's jobs (decision 021).
+# retried counts the attempts before the last of the minute's jobs (each ended in a retry
+# or a rescue; a snooze refunds its attempt), decision 021.
 QUEUE_ROLLUP_MINUTES = Statement(
     "queue_rollup_minutes",
     """
@@ -70,8 +71,7 @@ WITH bounds AS (
         SELECT f.queue, f.state, f.finalized_at,
                extract(epoch FROM f.attempted_at - f.created_at) AS wait,
                extract(epoch FROM f.finalized_at - f.attempted_at) AS run,
-               (SELECT count(*) FROM jsonb_array_elements(f.errors) e
-                WHERE coalesce((e->>'terminal')::bool, false) = false) AS retries
+               greatest(f.attempt - 1, 0) AS retries
         FROM awa_jobs_hot f, bounds b
         WHERE f.state IN ('completed', 'failed', 'cancelled')
           AND f.finalized_at >= b.lower AND f.finalized_at < b.upper
