@@ -105,7 +105,7 @@ def test_readyz_follows_the_database_and_healthz_the_process(db_proxy, start_wor
     base = endpoint(worker)
     wait_until(lambda: get(f"{base}/readyz")[0] == 200, what="ready")
     db_proxy.blackhole()  # the database stops answering, nothing is closed
-    status, body = wait_until(
+    _, body = wait_until(
         lambda: (answer := get(f"{base}/readyz"))[0] == 503 and answer,
         timeout=5,
         what="/readyz to turn 503 within 5 s of the database going away",
