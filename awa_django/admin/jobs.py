@@ -18,6 +18,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Left
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -296,10 +297,13 @@ class JobAdmin(_ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """The list, with the state summary bar above it (admin/history.py)."""
-        changelist = reverse(f"{self.admin_site.name}:awa_django_job_changelist")
-        summary = history.state_summary(self, changelist)
-        return super().changelist_view(request, {**(extra_context or {}), **summary})
+        """The list, with the state summary bar above it (admin/history.py). Added to a
+        list about to render only: a refused query string still runs no query."""
+        response = super().changelist_view(request, extra_context)
+        if isinstance(response, TemplateResponse) and response.context_data is not None:
+            changelist = reverse(f"{self.admin_site.name}:awa_django_job_changelist")
+            response.context_data.update(history.state_summary(self, changelist))
+        return response
 
     # -- URLs -----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
