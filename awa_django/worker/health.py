@@ -80,7 +80,8 @@ class HealthServer:
         logger.info("metrics and health on http://%s:%d/", *self._server.server_address[:2])
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever() to end
+            self._server.shutdown()
         self._server.server_close()
 
     def respond(self, path: str) -> tuple[int, str, bytes]:
