@@ -103,7 +103,11 @@ def floor_enqueue(options: Options) -> dict[str, Any]:
 
 # -- (a) drain and (e) slow hook ----------------------------------------------------------
 def drain(
-    args_type: type, processes: int = 1, slow_hook: str = "", pin_horizon: bool = False
+    args_type: type,
+    processes: int = 1,
+    slow_hook: str = "",
+    pin_horizon: bool = False,
+    observed: bool = False,
 ) -> Scenario:
     def scenario(options: Options) -> dict[str, Any]:
         profile_to = None
@@ -112,22 +116,33 @@ def drain(
             name = f"drain-{handlers}-p{processes}-{time.strftime('%H%M%S')}.txt"
             profile_to = options.profile_dir / name
         with db.pinned_horizon() if pin_horizon else nullcontext():
-            figures = _drain(options.jobs, args_type, processes, slow_hook, profile_to)
-        return {**figures, "pinned_horizon": pin_horizon}
+            figures = _drain(options.jobs, args_type, processes, slow_hook, profile_to, observed)
+        return {**figures, "pinned_horizon": pin_horizon, "observed": observed}
 
     return scenario
 
 
 def _drain(
-    n: int, args_type: type, processes: int, slow_hook: str, profile_to: Path | None
+    n: int,
+    args_type: type,
+    processes: int,
+    slow_hook: str,
+    profile_to: Path | None,
+    observed: bool = False,
 ) -> dict[str, Any]:
     db.reset()
     with transaction.atomic():
         awa_django.enqueue_many([args_type(n=i) for i in range(n)])
     db.analyze()
     env = {"AWA_BENCH_SLOW_HOOK": slow_hook} if slow_hook else {}
+    # Observed: the Prometheus endpoint on, and OpenTelemetry's SDK tracing every attempt.
+    extra_args = ["--metrics-port", "0"] if observed else []
+    if observed:
+        env["AWA_BENCH_OTEL"] = "1"
     scans_before, reads_before = db.dispatch_index_reads()
-    with WorkerProcess(processes=processes, extra_env=env, profile_to=profile_to) as worker:
+    with WorkerProcess(
+        processes=processes, extra_env=env, extra_args=extra_args, profile_to=profile_to
+    ) as worker:
         observed = db.wait_until(
             lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
         )
@@ -238,6 +253,9 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_async_p2": drain(BenchAsync, processes=2),
     "drain_sync_p2": drain(BenchSync, processes=2),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
+    # Metrics and tracing on vs off, same handlers (docs/operations.md, decision 021).
+    "drain_observed": drain(BenchAsync, observed=True),
+    "drain_sync_observed": drain(BenchSync, observed=True),
     "floor_pinned": floor_pinned,
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
@@ -254,5 +272,6 @@ GROUPS = {
     "pinned": ["drain_async_pinned", "floor_pinned"],
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
+    "observability": ["drain_async", "drain_observed", "drain_sync", "drain_sync_observed"],
     "all": list(SCENARIOS),
 }
