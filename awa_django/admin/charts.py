@@ -116,13 +116,15 @@ def _time_labels(start: dt.datetime, points: int) -> SafeString:
     if points == 0:
         return mark_safe("")
     marks = sorted({0, (points - 1) // 2, points - 1})
+    anchors = {0: "start", points - 1: "end"}  # the edge labels stay inside the chart
     return format_html_join(
         "",
-        '<text x="{}" y="{}" font-size="10" text-anchor="middle" fill="#6b7280">{}</text>',
+        '<text x="{}" y="{}" font-size="10" text-anchor="{}" fill="#6b7280">{}</text>',
         (
             (
                 f"{_x(i, points):.1f}",
                 HEIGHT - 6,
+                anchors.get(i, "middle"),
                 (start + dt.timedelta(minutes=i)).strftime("%H:%M"),
             )
             for i in marks

@@ -97,10 +97,11 @@ def _chart(
 ) -> dict[str, Any]:
     series = []
     for queue, colour in palette.items():
-        values: list[float | None] = [None] * (minutes + 1)
+        # Complete minutes only: the current one has no rollup until it has ended.
+        values: list[float | None] = [None] * minutes
         for point in points:
             index = int((point.minute - start).total_seconds() // 60)
-            if point.queue == queue and 0 <= index <= minutes:
+            if point.queue == queue and 0 <= index < minutes:
                 values[index] = getattr(point, field)
         series.append(charts.Series(queue, values, colour))
     return {
