@@ -108,6 +108,7 @@ def drain(
     slow_hook: str = "",
     pin_horizon: bool = False,
     observed: bool = False,
+    metrics: bool = False,
 ) -> Scenario:
     def scenario(options: Options) -> dict[str, Any]:
         profile_to = None
@@ -116,8 +117,10 @@ def drain(
             name = f"drain-{handlers}-p{processes}-{time.strftime('%H%M%S')}.txt"
             profile_to = options.profile_dir / name
         with db.pinned_horizon() if pin_horizon else nullcontext():
-            figures = _drain(options.jobs, args_type, processes, slow_hook, profile_to, observed)
-        return {**figures, "pinned_horizon": pin_horizon, "observed": observed}
+            figures = _drain(
+                options.jobs, args_type, processes, slow_hook, profile_to, observed, metrics
+            )
+        return {**figures, "pinned_horizon": pin_horizon, "observed": observed, "metrics": metrics}
 
     return scenario
 
@@ -129,6 +132,7 @@ def _drain(
     slow_hook: str,
     profile_to: Path | None,
     observed: bool = False,
+    metrics: bool = False,
 ) -> dict[str, Any]:
     db.reset()
     with transaction.atomic():
@@ -136,7 +140,8 @@ def _drain(
     db.analyze()
     env = {"AWA_BENCH_SLOW_HOOK": slow_hook} if slow_hook else {}
     # Observed: the Prometheus endpoint on, and OpenTelemetry's SDK tracing every attempt.
-    extra_args = ["--metrics-port", "0"] if observed else []
+    # Metrics: the Prometheus endpoint alone.
+    extra_args = ["--metrics-port", "0"] if observed or metrics else []
     if observed:
         env["AWA_BENCH_OTEL"] = "1"
     scans_before, reads_before = db.dispatch_index_reads()
@@ -254,6 +259,7 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_sync_p2": drain(BenchSync, processes=2),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
     # Metrics and tracing on vs off, same handlers (docs/operations.md, decision 021).
+    "drain_metrics": drain(BenchAsync, metrics=True),
     "drain_observed": drain(BenchAsync, observed=True),
     "drain_sync_observed": drain(BenchSync, observed=True),
     "floor_pinned": floor_pinned,
@@ -272,6 +278,12 @@ GROUPS = {
     "pinned": ["drain_async_pinned", "floor_pinned"],
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
-    "observability": ["drain_async", "drain_observed", "drain_sync", "drain_sync_observed"],
+    "observability": [
+        "drain_async",
+        "drain_metrics",
+        "drain_observed",
+        "drain_sync",
+        "drain_sync_observed",
+    ],
     "all": list(SCENARIOS),
 }
