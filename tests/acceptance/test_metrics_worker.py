@@ -105,11 +105,12 @@ def test_readyz_follows_the_database_and_healthz_the_process(db_proxy, start_wor
     base = endpoint(worker)
     wait_until(lambda: get(f"{base}/readyz")[0] == 200, what="ready")
     db_proxy.blackhole()  # the database stops answering, nothing is closed
-    _, body = wait_until(
-        lambda: (answer := get(f"{base}/readyz"))[0] == 503 and answer,
+    unready: tuple[int, str] = wait_until(
+        lambda: answer if (answer := get(f"{base}/readyz"))[0] == 503 else None,
         timeout=5,
         what="/readyz to turn 503 within 5 s of the database going away",
     )
+    body = unready[1]
     assert json.loads(body)["reason"].startswith("database unreachable")
     assert get(f"{base}/healthz") == (200, '{"status": "ok"}')  # the process is alive
     db_proxy.restore()

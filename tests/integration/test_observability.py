@@ -77,7 +77,7 @@ def test_rollups_past_the_retention_are_pruned() -> None:
     assert not QueueRollup.objects.filter(id=old.id).exists()
 
 
-def explain(sql: str, params: dict[str, object]) -> str:
+def explain(sql: str, params: dict[str, int]) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")  # the test table is tiny
         cursor.execute("EXPLAIN " + sql, params)
