@@ -119,13 +119,20 @@ class WorkerMetrics:
         if self.registry is not None:
             self._child(name, labels).inc(amount)
         if self._otel:
-            self._otel[name].add(amount, _attributes(name, labels))
+            self._otel[name].add(amount, self._attributes(name, labels))
 
     def _observe(self, name: str, labels: tuple[str, ...], value: float) -> None:
         if self.registry is not None:
             self._child(name, labels).observe(value)
         if self._otel:
-            self._otel[name].record(value, _attributes(name, labels))
+            self._otel[name].record(value, self._attributes(name, labels))
+
+    def _attributes(self, name: str, labels: tuple[str, ...]) -> dict[str, str]:
+        key = ("otel:" + name, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = _attributes(name, labels)
+        return found
 
     def _child(self, name: str, labels: tuple[str, ...]) -> Any:
         key = (name, labels)
