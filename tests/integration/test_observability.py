@@ -46,7 +46,7 @@ def finalized(state: str, at: dt.datetime, wait: float, run: float, attempt: int
 
 
 @pytest.mark.django_db
-def test_a_minute_rolls_up_counts_percentiles_depth_and_lag() -> None:
+def test_queue_rollup_minutes_rolls_up_counts_percentiles_depth_and_lag() -> None:
     minute = db_minute(-1)
     for wait, run in [(1.0, 2.0), (3.0, 4.0), (5.0, 6.0)]:
         finalized("completed", minute + dt.timedelta(seconds=10), wait, run)
@@ -69,7 +69,7 @@ def test_a_minute_rolls_up_counts_percentiles_depth_and_lag() -> None:
 
 
 @pytest.mark.django_db
-def test_rollups_past_the_retention_are_pruned() -> None:
+def test_queue_rollup_prune_deletes_rollups_past_the_retention() -> None:
     old = QueueRollup.objects.create(queue=Q, minute=db_minute(-2 * 24 * 60))
     recent = QueueRollup.objects.create(queue=Q, minute=db_minute(-10))
     assert rollups_sql.queue_rollup_prune(retention_seconds=24 * 3600).run("default") == 1
@@ -85,7 +85,7 @@ def explain(sql: str, params: dict[str, int]) -> str:
 
 
 @pytest.mark.django_db
-def test_depth_and_lag_are_an_index_only_scan_of_the_dispatch_index() -> None:
+def test_queue_depth_lag_is_an_index_only_scan_of_the_dispatch_index() -> None:
     JobFactory.create_batch(3, queue=Q, state="available")
     plan = explain(rollups_sql.QUEUE_DEPTH_LAG.sql, {})
     assert "Index Only Scan using awa_jobs_dispatch_idx" in plan, plan
