@@ -286,6 +286,10 @@ class Client:
         """Per kind: jobs finalized in the last `minutes`, failure rate, p95 run time."""
         return observability.kinds(self.using, minutes)
 
+    def state_counts(self) -> dict[str, int]:
+        """Jobs per live state (all but completed), over every queue."""
+        return observability.states(self.using)
+
     def queue_outcomes(self, minutes: int = 5) -> dict[str, tuple[int, int]]:
         """{queue: (completed, failed)} of the jobs finalized in the last `minutes`."""
         return observability.outcomes(self.using, minutes)

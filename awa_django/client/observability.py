@@ -34,6 +34,12 @@ def outcomes(using: str, minutes: int) -> dict[str, tuple[int, int]]:
     return storage_history.queue_outcomes(_minutes(minutes), using=using)
 
 
+def states(using: str) -> dict[str, int]:
+    from awa_django.storage import history as storage_history
+
+    return storage_history.state_counts(using=using)
+
+
 def _minutes(minutes: int) -> int:
     if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1:
         raise InvalidThreshold(f"a window is a whole number of minutes >= 1, got {minutes!r}")

@@ -12,7 +12,7 @@ from django.db.models import Aggregate, Count, F, FloatField, Q
 from django.db.models.functions import Extract, Now
 
 from awa_django.snapshot import KindFigures, RollupPoint
-from awa_django.states import JobState
+from awa_django.states import DEPTH_STATES, JobState
 from awa_django.storage.models import TERMINAL, Job, QueueRollup
 
 
@@ -75,3 +75,16 @@ def queue_outcomes(minutes: int, *, using: str) -> dict[str, tuple[int, int]]:
         .order_by()
     )
     return {r["queue"]: (r["completed"], r["failed"]) for r in rows}
+
+
+def state_counts(*, using: str) -> dict[str, int]:
+    """Jobs per live state (every state but completed): one pass over the (state, -id)
+    index, the same cost as the dashboard's depth."""
+    rows = (
+        Job.objects.using(using)
+        .filter(state__in=DEPTH_STATES)
+        .values("state")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    return {row["state"]: row["n"] for row in rows}
