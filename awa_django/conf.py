@@ -114,6 +114,9 @@ class AwaSettings:
     max_workers: int | None = None
     # How often each worker re-reads the runtime overrides (Client.set_queue_limits).
     override_refresh_interval: float = 2.0
+    # The leader's per-minute queue rollups (the dashboard's charts) are kept this long.
+    # Decision 021.
+    rollup_retention: float = 24 * 3600.0
 
     @property
     def callback_secret(self) -> str | None:

@@ -120,5 +120,13 @@ class BulkOperationNotFound(AwaError):
     """No bulk operation has this id (finished ones are pruned after FAILED_RETENTION)."""
 
 
+class MetricsUnavailable(AwaError):
+    """--metrics-port needs prometheus-client: pip install 'awa-django[metrics]'."""
+
+
+class InvalidThreshold(AwaError, ValueError):
+    """A monitoring threshold is out of range (lag seconds >= 0, failure rate 0..1)."""
+
+
 class TerminalError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""

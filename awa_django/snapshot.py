@@ -218,3 +218,43 @@ class DeadLetterRetry:
 
     retried: tuple[int, ...] = ()
     conflicts: tuple[int, ...] = ()
+
+
+# -- history (decision 021): what the dashboard's charts and `awa_status --check` read ----
+@dataclass(frozen=True, slots=True)
+class RollupPoint:
+    """One queue's figures for one minute (a row of `awa_queue_rollups`)."""
+
+    queue: str
+    minute: datetime
+    completed: int
+    failed: int
+    cancelled: int
+    retried: int
+    wait_p50: float | None
+    wait_p95: float | None
+    run_p50: float | None
+    run_p95: float | None
+    depth: int | None
+    lag_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class KindFigures:
+    """One kind's finalized jobs over a window: counts, failure rate, p95 run time."""
+
+    kind: str
+    completed: int
+    failed: int
+    cancelled: int
+    p95_seconds: float | None
+
+    @property
+    def count(self) -> int:
+        return self.completed + self.failed + self.cancelled
+
+    @property
+    def failure_rate(self) -> float:
+        """Failed among completed and failed (cancelled jobs did not fail)."""
+        ended = self.completed + self.failed
+        return self.failed / ended if ended else 0.0

@@ -112,7 +112,12 @@ def floor_enqueue(options: Options) -> dict[str, Any]:
 
 # -- (a) drain and (e) slow hook ----------------------------------------------------------
 def drain(
-    args_type: type, processes: int = 1, slow_hook: str = "", pin_horizon: bool = False
+    args_type: type,
+    processes: int = 1,
+    slow_hook: str = "",
+    pin_horizon: bool = False,
+    observed: bool = False,
+    metrics: bool = False,
 ) -> Scenario:
     def scenario(options: Options) -> dict[str, Any]:
         profile_to = None
@@ -121,8 +126,10 @@ def drain(
             name = f"drain-{handlers}-p{processes}-{time.strftime('%H%M%S')}.txt"
             profile_to = options.profile_dir / name
         with db.pinned_horizon() if pin_horizon else nullcontext():
-            figures = _drain(options.jobs, args_type, processes, slow_hook, profile_to)
-        return {**figures, "pinned_horizon": pin_horizon}
+            figures = _drain(
+                options.jobs, args_type, processes, slow_hook, profile_to, observed, metrics
+            )
+        return {**figures, "pinned_horizon": pin_horizon, "observed": observed, "metrics": metrics}
 
     return scenario
 
@@ -134,6 +141,8 @@ def _drain(
     slow_hook: str,
     profile_to: Path | None,
     extra_env: dict[str, str] | None = None,
+    observed: bool = False,
+    metrics: bool = False,
 ) -> dict[str, Any]:
     db.reset()
     with transaction.atomic():
@@ -141,8 +150,15 @@ def _drain(
     db.analyze()
     env = {"AWA_BENCH_SLOW_HOOK": slow_hook} if slow_hook else {}
     env.update(extra_env or {})
+    # Observed: the Prometheus endpoint on, and OpenTelemetry's SDK tracing every attempt.
+    # Metrics: the Prometheus endpoint alone.
+    extra_args = ["--metrics-port", "0"] if observed or metrics else []
+    if observed:
+        env["AWA_BENCH_OTEL"] = "1"
     scans_before, reads_before = db.dispatch_index_reads()
-    with WorkerProcess(processes=processes, extra_env=env, profile_to=profile_to) as worker:
+    with WorkerProcess(
+        processes=processes, extra_env=env, extra_args=extra_args, profile_to=profile_to
+    ) as worker:
         observed = db.wait_until(
             lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
         )
@@ -300,6 +316,10 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_async_p2": drain(BenchAsync, processes=2),
     "drain_sync_p2": drain(BenchSync, processes=2),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
+    # Metrics and tracing on vs off, same handlers (docs/operations.md, decision 021).
+    "drain_metrics": drain(BenchAsync, metrics=True),
+    "drain_observed": drain(BenchAsync, observed=True),
+    "drain_sync_observed": drain(BenchSync, observed=True),
     "floor_pinned": floor_pinned,
     "fail_in_place": fail(dead_letter=False),
     "fail_dead_letter": fail(dead_letter=True),
@@ -325,5 +345,12 @@ GROUPS = {
     "atomic": ["drain_sync", "drain_atomic"],
     "fail": ["fail_in_place", "fail_dead_letter"],
     "bulk": ["bulk_retry", "bulk_retry_paced"],
+    "observability": [
+        "drain_async",
+        "drain_metrics",
+        "drain_observed",
+        "drain_sync",
+        "drain_sync_observed",
+    ],
     "all": list(SCENARIOS),
 }

@@ -53,8 +53,10 @@ class WorkerProcess:
             *(["--processes", str(processes)] if processes > 1 else []),
             *(extra_args or []),
         ]
-        # The slow hook is opt-in per scenario, never inherited from the caller's shell.
-        inherited = {k: v for k, v in os.environ.items() if k != "AWA_BENCH_SLOW_HOOK"}
+        # The slow hook and OpenTelemetry are opt-in per scenario, never inherited from
+        # the caller's shell.
+        opt_in = ("AWA_BENCH_SLOW_HOOK", "AWA_BENCH_OTEL")
+        inherited = {k: v for k, v in os.environ.items() if k not in opt_in}
         self.env = {**inherited, "DJANGO_SETTINGS_MODULE": "bench.settings", **(extra_env or {})}
         self.process: subprocess.Popen[bytes] | None = None
         self.profile_to = profile_to

@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
+from awa_django.admin import history
 from awa_django.admin.forms import QueueOperationForm
 from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats
 from awa_django.conf import awa_settings
@@ -45,6 +46,9 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "limits_url": reverse(f"{model_admin.admin_site.name}:awa_django_queue_limits"),
         "operation_url": reverse(f"{model_admin.admin_site.name}:awa_django_queue_operation"),
         "changelist_url": changelist,
+        # Charts and the per-kind table (admin/history.py), refreshed in place.
+        **history.history_context(client, history.chosen_range(request)),
+        "history_url": history.history_url(model_admin),
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "admin/awa_django/dashboard.html", context)

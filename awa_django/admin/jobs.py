@@ -18,12 +18,13 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Left
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from awa_django.admin import actions, dashboard, detail, limits
+from awa_django.admin import actions, dashboard, detail, history, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
 from awa_django.admin.paginator import EstimatedCountPaginator
 from awa_django.display import format_duration, format_priority
@@ -298,6 +299,17 @@ class JobAdmin(_ModelAdmin):
             raise PermissionDenied
         return JsonResponse(job.args, safe=False, json_dumps_params={"indent": 2})
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list, with the state summary bar above it (admin/history.py). Added to a
+        list about to render only: a refused query string still runs no query."""
+        response = super().changelist_view(request, extra_context)
+        if isinstance(response, TemplateResponse) and response.context_data is not None:
+            changelist = reverse(f"{self.admin_site.name}:awa_django_job_changelist")
+            response.context_data.update(history.state_summary(self, changelist))
+        return response
+
     # -- URLs -----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -316,6 +328,11 @@ class JobAdmin(_ModelAdmin):
                 "dashboard/limits/",
                 wrap(lambda request: limits.queue_limits_view(self, request)),
                 name="awa_django_queue_limits",
+            ),
+            path(
+                "dashboard/history/",
+                wrap(lambda request: history.history_view(self, request)),
+                name="awa_django_dashboard_history",
             ),
             path("<int:object_id>/args/", wrap(self.args_view), name="awa_django_job_args"),
         ]

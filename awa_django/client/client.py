@@ -22,6 +22,7 @@ from awa_django.client.bulk_verbs import BulkVerbs
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
+from awa_django.client.history_verbs import HistoryVerbs
 from awa_django.client.rows import (
     EnqueueKwargs,
     EnqueueOptions,
@@ -44,11 +45,12 @@ if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
 
 
-class Client(BulkVerbs, DeadLetterVerbs):
+class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
     """Operations on jobs and queues through Django's database connection `using`
     (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
     `a`-prefixed async twin. The bulk operations come from `BulkVerbs` (bulk_verbs.py), the
-    dead-letter verbs from `DeadLetterVerbs` (dead_letter_verbs.py)."""
+    dead-letter verbs from `DeadLetterVerbs` (dead_letter_verbs.py), the queue history from
+    `HistoryVerbs` (history_verbs.py)."""
 
     def __init__(self, using: str | None = None) -> None:
         self._using = using

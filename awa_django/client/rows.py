@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict
 
 from django.utils import timezone
 
+from awa_django import tracing
 from awa_django.channels import channel_for
 from awa_django.codec import dumps, encode_args_json
 from awa_django.conf import (
@@ -215,7 +216,10 @@ def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
             max_attempts if options.max_attempts is None else options.max_attempts
         ),
         run_at=run_at,
-        metadata=dumps(options.metadata or {}, what="metadata", limit=_limit()),
+        # The enqueuing span's traceparent, when OpenTelemetry traces (decision 022).
+        metadata=dumps(
+            tracing.with_traceparent(options.metadata or {}), what="metadata", limit=_limit()
+        ),
         tags=tags,
         tags_json=dumps(tags, what="tags"),
         unique=_unique(options.unique, definition),

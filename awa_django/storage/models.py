@@ -393,3 +393,37 @@ class BulkOperation(models.Model):
 
     def __str__(self) -> str:
         return f"bulk {self.action} #{self.id} ({self.state})"
+
+
+class QueueRollup(models.Model):
+    """One queue's figures for one minute, written by the maintenance leader from the jobs
+    that finalized in that minute (worker/maintenance/rollup.py) and drawn by the admin
+    dashboard. Pruned after `AWA["ROLLUP_RETENTION"]`. Decision 021."""
+
+    queue = models.CharField(max_length=200)
+    minute = models.DateTimeField()
+    completed = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    cancelled = models.IntegerField(default=0)
+    # Retries of the jobs that finalized in this minute (their attempts before the last).
+    retried = models.IntegerField(default=0)
+    # Seconds, over the jobs that finalized in this minute: wait is created_at → the last
+    # claim, run is the last claim → finalized_at. NULL when no job finalized.
+    wait_p50 = models.FloatField(null=True)
+    wait_p95 = models.FloatField(null=True)
+    run_p50 = models.FloatField(null=True)
+    run_p95 = models.FloatField(null=True)
+    # Available jobs and the age of the oldest one when the minute was rolled up.
+    depth = models.IntegerField(null=True)
+    lag_seconds = models.FloatField(null=True)
+
+    class Meta:
+        db_table = "awa_queue_rollups"
+        ordering = ["minute", "queue"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "minute"], name="awa_rollups_queue_minute")
+        ]
+        indexes = [models.Index(fields=["minute"], name="awa_rollups_minute_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} @ {self.minute:%Y-%m-%d %H:%M}"

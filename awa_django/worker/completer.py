@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -18,6 +19,7 @@ from awa_django.exceptions import OutcomeNotStored
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import Database, retry_transient
+from awa_django.worker.metrics import WorkerMetrics
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -27,9 +29,12 @@ Pending = tuple[JobSnapshot, str | None, "asyncio.Future[JobSnapshot | None]"]
 
 
 class Completer:
-    def __init__(self, db: Database, forced: Callable[[], bool]) -> None:
+    def __init__(
+        self, db: Database, forced: Callable[[], bool], metrics: WorkerMetrics | None = None
+    ) -> None:
         self.db = db
         self.forced = forced
+        self.metrics = metrics or WorkerMetrics.disabled()
         self._pending: list[Pending] = []
         self._wake = asyncio.Event()
 
@@ -83,9 +88,11 @@ class Completer:
             leases=[row.run_lease for row, _, _ in batch],
             results=[result for _, result, _ in batch],
         )
+        began = time.monotonic()
         rows = await retry_transient(
             lambda: self.db.run(query), f"completing {len(batch)} jobs", self.forced
         )
+        self.metrics.flushed(len(batch), time.monotonic() - began)
         return {row.id: row for row in rows or ()}
 
     def pending(self) -> int:

@@ -21,6 +21,7 @@ from awa_django.limits import RateLimit
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
+from awa_django.worker.metrics import WorkerMetrics
 from awa_django.worker.rate_gate import RateGate, rate_gate
 from awa_django.worker.slots import FixedSlots
 
@@ -48,6 +49,7 @@ class Dispatcher:
         poll_interval: float,
         may_claim: Callable[[], bool] = lambda: True,
         slots: Slots | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.queue = queue
         self.db = db
@@ -59,6 +61,7 @@ class Dispatcher:
         self.slots: Slots = slots or FixedSlots(queue.concurrency)
         self.rate: RateGate | None = None
         self.apply_limits(None, None)
+        self.metrics = metrics or WorkerMetrics.disabled()
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -133,7 +136,8 @@ class Dispatcher:
         return grant.granted
 
     async def _claim(self, limit: int) -> list[JobSnapshot]:
-        return await self.db.run(
+        began = time.monotonic()
+        rows = await self.db.run(
             jobs_sql.job_claim_many(
                 queue=self.queue.name,
                 limit=limit,
@@ -141,6 +145,8 @@ class Dispatcher:
                 deadline_seconds=self.queue.deadline,
             )
         )
+        self.metrics.claimed(self.queue.name, len(rows), time.monotonic() - began)
+        return rows
 
     async def _execute(self, row: JobSnapshot) -> None:
         try:

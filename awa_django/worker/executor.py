@@ -9,6 +9,7 @@ the handler returns; the outcome is written after, and hooks run detached after 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from django.db import close_old_connections
 
+from awa_django import tracing
 from awa_django.events import Event
 from awa_django.exceptions import OutcomeNotStored, StaleAttempt
 from awa_django.execution import atomic, attempt
@@ -32,6 +34,7 @@ from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database, retry_transient
 from awa_django.worker.hook_queue import HookQueue
 from awa_django.worker.inflight import InFlight
+from awa_django.worker.metrics import WorkerMetrics
 
 CALLBACK_POLL_SECONDS = 0.2
 T = TypeVar("T")
@@ -50,6 +53,7 @@ class Executor:
         max_result_bytes: int,
         forced: Callable[[], bool],
         unknown_kind_grace: float = 0.0,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.db = db
         self.hook_queue = hook_queue
@@ -62,6 +66,7 @@ class Executor:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.completed_count = 0
+        self.metrics = metrics or WorkerMetrics.disabled()
 
     async def execute(self, row: JobSnapshot, release: Callable[[], None]) -> None:
         """Run the attempt claimed as `row`; call `release()` once the handler returned."""
@@ -73,13 +78,19 @@ class Executor:
             self.emit(attempt.started(job))
             started = time.monotonic()
             try:
-                transition = await self._run_handler(job)
+                with tracing.attempt_span(
+                    row.kind, row.queue, row.id, row.attempt, row.metadata
+                ) as span:
+                    transition = await self._run_handler(job, span)
+                    if span is not None:
+                        tracing.mark_outcome(span, *_outcome_of(transition))
             finally:
                 release()
+            seconds = time.monotonic() - started
+            self.metrics.attempt(row.kind, row.queue, seconds, _wait_seconds(row))
             if isinstance(transition, atomic.Committed):
                 events = transition.events
             else:
-                seconds = time.monotonic() - started
                 steps = attempt.finish(job, transition, seconds, self.max_result_bytes)
                 events = await attempt.adrive(steps, self._execute_step)
             for event in events:
@@ -87,7 +98,9 @@ class Executor:
         finally:
             self.inflight.remove(job)
 
-    async def _run_handler(self, job: JobContext[Any]) -> Transition | atomic.Committed | None:
+    async def _run_handler(
+        self, job: JobContext[Any], span: Any = None
+    ) -> Transition | atomic.Committed | None:
         try:
             definition = attempt.load_handler(job)
             if attempt.runs_atomic(definition, job):
@@ -100,8 +113,11 @@ class Executor:
                 result = await definition.handler(job)
             else:
                 loop = asyncio.get_running_loop()
+                # Under a span, the thread runs in a copy of this context, so the handler's
+                # own spans nest under the attempt's.
+                run: Callable[..., Any] = contextvars.copy_context().run if span else _call
                 result = await loop.run_in_executor(
-                    self.threads, _run_sync, definition.handler, job
+                    self.threads, run, _run_sync, definition.handler, job
                 )
         except asyncio.CancelledError:
             raise
@@ -140,8 +156,9 @@ class Executor:
             raise OutcomeNotStored(str(exc).strip()) from exc
 
     def emit(self, event: Event) -> None:
-        """Hand a committed event to the hook queue: hooks never hold a slot, block
-        claiming or completion, or delay shutdown."""
+        """Count a committed event and hand it to the hook queue: hooks never hold a slot,
+        block claiming or completion, or delay shutdown."""
+        self.metrics.event(event)
         self.hook_queue.put(event)
 
     # -- AttemptHost: what a running handler can ask of the runtime ----------------------
@@ -215,3 +232,28 @@ def _run_sync(handler: Callable[[JobContext[Any]], Any], job: JobContext[Any]) -
         return handler(job)
     finally:
         close_old_connections()
+
+
+def _call(function: Callable[..., Any], *args: Any) -> Any:
+    return function(*args)
+
+
+def _outcome_of(
+    transition: Transition | atomic.Committed | None,
+) -> tuple[str | None, str | None]:
+    """(state, error) an attempt's span records; (None, None) for a plain completion. An
+    atomic attempt already committed: its first event's row says how it ended."""
+    if isinstance(transition, atomic.Committed):
+        if not transition.events:
+            return None, None
+        return str(transition.events[0].job.state), None
+    if transition is None:
+        return None, None
+    return str(transition.state), transition.error
+
+
+def _wait_seconds(row: JobSnapshot) -> float | None:
+    """created_at → this claim (awa.job.wait_duration)."""
+    if row.attempted_at is None:
+        return None
+    return (row.attempted_at - row.created_at).total_seconds()

@@ -34,6 +34,11 @@ class Heartbeat:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """The beating thread runs (/readyz)."""
+        return self._thread.is_alive()
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop beating; waits up to `timeout` for a beat in flight (the thread is a
         daemon: one stuck on a dead connection does not hold the process)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from awa_django.events import Event
@@ -41,6 +42,8 @@ class HookQueue:
         self.dropped = 0
         self.undelivered = 0  # queued or being delivered right now
         self._last_drop_log = 0.0
+        # Called with (kind, seconds) after each delivery (the worker's metrics).
+        self.on_delivered: Callable[[str, float], None] | None = None
 
     def put(self, event: Event) -> None:
         """Queue `event` for its hooks; never blocks. An event no hook wants (a kind without
@@ -98,8 +101,11 @@ class HookQueue:
 
     async def _deliver(self, lane: asyncio.Queue[Event]) -> None:
         event = await lane.get()
+        began = time.monotonic()
         try:
             await hooks.adispatch(event, threads=self.threads)
+            if self.on_delivered is not None:
+                self.on_delivered(event.job.kind, time.monotonic() - began)
         finally:
             self.undelivered -= 1
             lane.task_done()

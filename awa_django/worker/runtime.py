@@ -21,17 +21,23 @@ from awa_django.worker.database import TRANSIENT_ERRORS, Database
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.executor import Executor
 from awa_django.worker.fair_share import FairShare
+from awa_django.worker.health import DatabaseProbe, HealthServer
 from awa_django.worker.heartbeat import Heartbeat
 from awa_django.worker.hook_queue import HookQueue
 from awa_django.worker.inflight import InFlight
 from awa_django.worker.listener import Listener
 from awa_django.worker.maintenance.ager import Ager
 from awa_django.worker.maintenance.cron import CronScheduler
+from awa_django.worker.maintenance.depth import INTERVAL as DEPTH_INTERVAL
+from awa_django.worker.maintenance.depth import QueueDepth
 from awa_django.worker.maintenance.leader import LeaderElector
 from awa_django.worker.maintenance.loop import MaintenanceLoop
 from awa_django.worker.maintenance.promoter import Promoter
 from awa_django.worker.maintenance.pruner import Pruner
 from awa_django.worker.maintenance.rescuer import Rescuer
+from awa_django.worker.maintenance.rollup import INTERVAL as ROLLUP_INTERVAL
+from awa_django.worker.maintenance.rollup import Rollup
+from awa_django.worker.metrics import WorkerMetrics
 from awa_django.worker.overrides import OverrideReader
 from awa_django.worker.registrar import REFRESH_SECONDS, Registrar
 from awa_django.worker.slots import WeightedSlots
@@ -42,6 +48,7 @@ logger = logging.getLogger("awa_django.worker")
 EXIT_OK, EXIT_UNCLEAN = 0, 1
 # How long the steps after the grace period (leadership, deregistration, closing) may take.
 EXIT_BUDGET = 4.0
+DEFAULT_METRICS_HOST = "0.0.0.0"  # a container's probes and scrapes come from outside
 
 
 def new_worker_id() -> str:
@@ -54,10 +61,17 @@ class Runtime:
         settings: AwaSettings,
         queues: list[QueueConfig],
         worker_id: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = DEFAULT_METRICS_HOST,
     ) -> None:
         self.settings = settings
         self.queues = queues
         self.worker_id = worker_id or new_worker_id()
+        # Metrics and health (decision 021): built first, so a missing prometheus-client
+        # fails before anything starts.
+        self.metrics = WorkerMetrics.for_worker(metrics_port)
+        self.metrics_address = (metrics_host, metrics_port)
+        self.health: HealthServer | None = None
         self.forced = False
         self._stop: asyncio.Event | None = None
         self._tasks: list[asyncio.Future[Any]] = []
@@ -83,8 +97,10 @@ class Runtime:
         self.threads = ThreadPoolExecutor(
             max_workers=s.sync_threads or slots, thread_name_prefix="awa-job"
         )
-        self.completer = Completer(self.db, lambda: self.forced)
+        self.completer = Completer(self.db, lambda: self.forced, self.metrics)
         self.hook_queue = HookQueue(s.hook_backlog, overflow=s.hook_overflow)
+        if self.metrics.enabled:
+            self.hook_queue.on_delivered = self.metrics.hook_ran
         self.executor = Executor(
             self.db,
             self.completer,
@@ -94,6 +110,7 @@ class Runtime:
             s.max_result_bytes,
             lambda: self.forced,
             s.unknown_kind_grace,
+            self.metrics,
         )
         self.dispatchers = [
             Dispatcher(
@@ -104,6 +121,7 @@ class Runtime:
                 s.poll_interval,
                 may_claim=lambda: not self.hook_queue.full,
                 slots=self._weighted_slots(q),
+                metrics=self.metrics,
             )
             for q in self.queues
         ]
@@ -166,6 +184,7 @@ class Runtime:
                     for q in s.queues.values()
                     if q.priority_aging
                 ),
+                *self._observability_services(),
             ],
         )
         self.registrar = Registrar(
@@ -177,6 +196,41 @@ class Runtime:
             s.throughput_log_interval,
             lambda: self.hook_queue.dropped,
         )
+
+    def _observability_services(self) -> list[tuple[float, Callable[[], Awaitable[Any]]]]:
+        """The leader's rollups for the dashboard, and the queue gauges when metrics are on."""
+        services: list[tuple[float, Callable[[], Awaitable[Any]]]] = [
+            (ROLLUP_INTERVAL, Rollup(self.db, self.settings.rollup_retention).run_once)
+        ]
+        if self.metrics.enabled:
+            depth = QueueDepth(self.db, self.metrics, [q.name for q in self.queues])
+            services.append((DEPTH_INTERVAL, depth.run_once))
+        return services
+
+    def _start_health(self) -> None:
+        """Serve /metrics, /healthz and /readyz when a metrics port was given."""
+        host, port = self.metrics_address
+        if port is None:
+            return
+        self.metrics.in_flight = lambda: {d.queue.name: len(d.tasks) for d in self.dispatchers}
+        self.metrics.hook_backlog = lambda: self.hook_queue.undelivered
+        self.metrics.is_leader = lambda: self.elector.is_leader
+        probe = DatabaseProbe(self.db.kwargs)
+        self.health = HealthServer(host, port, self.metrics, lambda: self.readiness(probe))
+        self.health.start()
+
+    def readiness(self, probe: DatabaseProbe) -> str | None:
+        """None when this worker can take work, else why it cannot (/readyz)."""
+        if self._stop is None or self._stop.is_set():
+            return "draining: the worker is shutting down"
+        if not self.heartbeat.alive:
+            return "the heartbeat loop has stopped"
+        # Before the loops start the list is empty; strict=False keeps that a plain "none".
+        loops = zip(self.dispatchers, self._dispatching, strict=False)
+        stopped = [d.queue.name for d, task in loops if task.done()]
+        if stopped:
+            return f"the dispatcher loop stopped for queue(s): {', '.join(stopped)}"
+        return probe.run_once()
 
     def _on_rescued(self, event: Event) -> None:
         self.inflight.mark_cancelled(event.job.id, event.job.run_lease)
@@ -199,6 +253,7 @@ class Runtime:
         self._stop = asyncio.Event()
         self._build()
         self._install_signal_handlers()
+        self._start_health()  # first: a port already taken fails before any work starts
         await self.db.open()
         await self._read_overrides()
         self.heartbeat.start()
@@ -321,6 +376,8 @@ class Runtime:
         self.heartbeat.stop(timeout=_left(deadline))
         self.threads.shutdown(wait=False, cancel_futures=True)
         self.hook_queue.close()
+        if self.health is not None:
+            self.health.stop()
         await _bounded(self.db.close(), deadline, "closing connections")
         logger.info("awa worker %s stopped", self.worker_id)
 
@@ -356,8 +413,10 @@ def run_worker(
     queues: list[QueueConfig],
     worker_id: str | None = None,
     on_ready: Callable[[Runtime], None] | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = DEFAULT_METRICS_HOST,
 ) -> int:
-    runtime = Runtime(settings, queues, worker_id)
+    runtime = Runtime(settings, queues, worker_id, metrics_port, metrics_host)
     if on_ready:
         on_ready(runtime)
     return runtime.run()

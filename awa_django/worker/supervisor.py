@@ -19,6 +19,8 @@ MAX_RESTART_PAUSE = 30.0
 # Tells a child its supervisor's pid: a child whose supervisor died (even by SIGKILL)
 # drains and exits instead of running on as an orphan.
 SUPERVISOR_ENV = "AWA_SUPERVISOR_PID"
+# Each child's index (0..N-1): `--metrics-port P` serves child i on port P + i.
+WORKER_INDEX_ENV = "AWA_WORKER_INDEX"
 
 
 class Supervisor:
@@ -52,7 +54,7 @@ class Supervisor:
         # Own process group: a terminal's Ctrl-C (or systemd's group-wide SIGTERM) reaches
         # only the supervisor, which forwards exactly one signal, so children drain
         # instead of treating a duplicate as "exit now".
-        env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
+        env = {**os.environ, SUPERVISOR_ENV: str(os.getpid()), WORKER_INDEX_ENV: str(index)}
         child = subprocess.Popen(self.command, process_group=0, env=env)
         if index < len(self.children):
             self.children[index], self.started_at[index] = child, time.monotonic()

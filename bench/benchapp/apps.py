@@ -33,6 +33,8 @@ class BenchAppConfig(AppConfig):
     label = "benchapp"
 
     def ready(self) -> None:
+        if os.environ.get("AWA_BENCH_OTEL") == "1":
+            _install_opentelemetry()
         # "1"/"async": a coroutine hook; "sync": a blocking one; "noop": a hook that does
         # nothing (the cost of dispatching alone). Unset: no hook, so the plain drain
         # scenarios measure the worker alone.
@@ -42,3 +44,16 @@ class BenchAppConfig(AppConfig):
         from .jobs import BenchAsync
 
         awa_django.on_event(BenchAsync, HOOKS[mode], events={awa_django.Completed})
+
+
+def _install_opentelemetry() -> None:
+    """The drain_observed scenario: a real SDK tracer and meter provider, so every attempt
+    records a span and every instrument records through OpenTelemetry too. Spans go to a
+    processor that drops them (the cost measured is the worker's, not an exporter's)."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))

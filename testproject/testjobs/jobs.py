@@ -301,3 +301,24 @@ def acc_followed(job: JobContext[AccFollowed]) -> None:
     deadline = time.monotonic() + job.args.seconds
     while time.monotonic() < deadline and not job.is_cancelled():
         time.sleep(0.02)
+
+
+@dataclass
+class AccOutcome:
+    """Ends as asked (the metrics test's known workload): "complete", "fail" (terminal),
+    "retry" (one retry, then completes) or "cancel"."""
+
+    outcome: str
+    n: int = 0
+
+
+@awa_django.job(AccOutcome, queue="acc")
+def acc_outcome(job: JobContext[AccOutcome]) -> Any:
+    wanted = job.args.outcome
+    if wanted == "fail":
+        raise awa_django.TerminalError("asked to fail")
+    if wanted == "retry" and job.attempt == 1:
+        return awa_django.RetryAfter(0.05)
+    if wanted == "cancel":
+        return awa_django.Cancel("asked to cancel")
+    return None

@@ -14,6 +14,7 @@ from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccNoop
 
 from .conftest import wait_until
+from .test_metrics_worker import endpoint, get
 from .test_worker_process import listening
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -62,13 +63,19 @@ RESTART = os.environ.get("AWA_TEST_PG_RESTART_CMD") or (
 )
 @pytest.mark.skipif(shutil.which("pg_ctlcluster") is None, reason="needs pg_ctlcluster")
 def test_worker_carries_on_after_postgresql_restarts(start_worker):
-    worker = start_worker("--queue", "acc=4")
+    worker = start_worker("--queue", "acc=4", "--metrics-port", "0")
+    base = endpoint(worker)
     wait_until(listening, what="worker LISTEN connection")
+    wait_until(lambda: get(f"{base}/readyz")[0] == 200, what="ready")
     awa_django.enqueue_many([AccNoop(i) for i in range(20)])
     wait_until(all_completed, what="first batch")
     connection.close()
-    subprocess.run(RESTART.split(), check=True, timeout=120)
+    restart = subprocess.Popen(RESTART.split())
+    # While the server is away /readyz says so within 5 s, and recovers once it is back.
+    wait_until(lambda: get(f"{base}/readyz")[0] == 503, timeout=5, what="/readyz 503")
+    assert restart.wait(timeout=120) == 0
     wait_until(lambda: _reachable(), timeout=60, what="PostgreSQL back")
+    wait_until(lambda: get(f"{base}/readyz")[0] == 200, timeout=30, what="/readyz 200 again")
     awa_django.enqueue_many([AccNoop(i) for i in range(20)])
     wait_until(all_completed, timeout=60, what="jobs after the restart")
     assert worker.proc.poll() is None  # it waited and reconnected, it did not exit

@@ -66,7 +66,8 @@ def test_operator_reads_the_dashboard_and_retries_a_failed_job(
     assert QueueState.objects.get(queue="email").paused
 
     page.click("text=All jobs")
-    expect(page.locator("#result_list")).to_contain_text("card <declined>")
+    page.wait_for_url("**/admin/awa_django/job/")  # the list, not the dashboard being left
+    expect(page.locator("#result_list")).to_contain_text("card <declined>", timeout=20_000)
     page.check(f'input[name="_selected_action"][value="{failed.pk}"]')
     page.select_option("select[name=action]", "retry_jobs")
     page.click("button[name=index]")

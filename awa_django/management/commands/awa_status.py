@@ -10,9 +10,10 @@ import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, ProgrammingError, connections
 
-from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats
+from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats, Thresholds, breaches
 from awa_django.conf import awa_settings
 from awa_django.display import format_duration
+from awa_django.exceptions import InvalidThreshold
 
 SHORT_NAMES = {"waiting_external": "waiting"}
 
@@ -26,6 +27,7 @@ class Command(BaseCommand):
             "--window", type=int, default=5, help="throughput window in minutes (default 5)"
         )
         parser.add_argument("--database", default=None, help="database alias (default: AWA)")
+        _add_check_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or awa_settings().database
@@ -33,6 +35,9 @@ class Command(BaseCommand):
             raise CommandError(f"unknown database alias {using!r}; see DATABASES in settings")
         if options["window"] < 1:
             raise CommandError("--window must be at least 1 minute")
+        if options["check"]:
+            self._check(using, options)
+            return
         stats, workers, unhandled = _collect(options["window"], using)
         if options["json"]:
             document = _document(stats, workers, options["window"])
@@ -41,6 +46,48 @@ class Command(BaseCommand):
             self.stdout.write(_table(stats, options["window"]))
             self.stdout.write(_unhandled_text(unhandled))
             self.stdout.write(_workers_text(workers))
+
+    def _check(self, using: str, options: dict[str, Any]) -> None:
+        """One line per breach on stdout and exit status 1; "OK" and 0 when none."""
+        try:
+            limits = Thresholds(
+                options["max_lag"], options["max_failure_rate"], options["min_jobs"]
+            )
+        except InvalidThreshold as exc:
+            raise CommandError(str(exc)) from exc
+        if limits.max_lag_seconds is None and limits.max_failure_rate is None:
+            raise CommandError("--check needs --max-lag and/or --max-failure-rate")
+        stats, _, _ = _collect(options["window"], using)
+        found = breaches(stats, Client(using).queue_outcomes(options["window"]), limits)
+        for breach in found:
+            self.stdout.write(f"BREACH {breach}")
+        if found:
+            raise SystemExit(EXIT_BREACH)
+        self.stdout.write(f"OK: {len(stats)} queues within thresholds")
+
+
+EXIT_BREACH = 1
+
+
+def _add_check_arguments(parser: CommandParser) -> None:
+    """`--check` for cron-style monitoring (docs/operations.md)."""
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 with one line per breach when a queue passes a threshold below",
+    )
+    parser.add_argument("--max-lag", type=float, help="seconds the oldest available job may wait")
+    parser.add_argument(
+        "--max-failure-rate",
+        type=float,
+        help="failed / (completed + failed) over --window, 0..1",
+    )
+    parser.add_argument(
+        "--min-jobs",
+        type=int,
+        default=1,
+        help="judge a failure rate only from this many finalized jobs (default 1)",
+    )
 
 
 def _collect(window: int, using: str) -> tuple[list[QueueStats], list[LiveWorker], dict[str, int]]:

@@ -14,10 +14,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from awa_django.conf import QueueConfig, check_weighted, load_settings, validate_queue_name
-from awa_django.exceptions import InvalidQueueName
+from awa_django.exceptions import InvalidQueueName, MetricsUnavailable
 from awa_django.registry import registry
 from awa_django.worker.runtime import run_worker
-from awa_django.worker.supervisor import Supervisor
+from awa_django.worker.supervisor import WORKER_INDEX_ENV, Supervisor
 
 ZERO_ALLOWED = {"unknown_kind_grace"}
 TIMING_FLAGS = {
@@ -47,6 +47,23 @@ def queue_option(value: str) -> tuple[str, int]:
     if concurrency < 1:
         raise argparse.ArgumentTypeError("concurrency must be at least 1")
     return name, concurrency
+
+
+def port_number(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("must be a port number 0..65535 (0: any free port)")
+    return port
+
+
+def _metrics_port(port: int | None) -> int | None:
+    """A supervised child i serves on PORT + i (each process has its own counters)."""
+    if port is None or port == 0:
+        return port
+    return port + int(os.environ.get(WORKER_INDEX_ENV, "0"))
 
 
 def positive_seconds(value: str) -> float:
@@ -86,6 +103,17 @@ class Command(BaseCommand):
             "in seconds (0 = none; default per queue, 300)",
         )
         parser.add_argument("--worker-id", help="identity shown in leases and the dashboard")
+        parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            help="serve /metrics (Prometheus), /healthz and /readyz on this port "
+            "(needs awa-django[metrics]; with --processes N, process i uses PORT+i)",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default="0.0.0.0",
+            help="address the metrics and health endpoint listens on (default 0.0.0.0)",
+        )
         for name, text in TIMING_FLAGS.items():
             kind = seconds_or_zero if name in ZERO_ALLOWED else positive_seconds
             parser.add_argument(f"--{name.replace('_', '-')}", type=kind, help=text)
@@ -110,7 +138,16 @@ class Command(BaseCommand):
         if not logging.getLogger("awa_django").handlers and not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         registry.mark_started()
-        code = run_worker(settings, queues, options["worker_id"])
+        try:
+            code = run_worker(
+                settings,
+                queues,
+                options["worker_id"],
+                metrics_port=_metrics_port(options["metrics_port"]),
+                metrics_host=options["metrics_host"],
+            )
+        except (MetricsUnavailable, OSError) as exc:
+            raise CommandError(f"cannot serve metrics: {exc}") from exc
         # os._exit, not SystemExit: interpreter shutdown would join the job threads, so a
         # sync handler still running after the grace period (or a slow sync hook) would
         # keep the process alive. Its attempt is rescued; hooks are best-effort.

@@ -1,0 +1,90 @@
+"""Figures over time, read-only: the leader's per-minute rollups and per-kind outcomes of
+recent jobs (decision 021). Plain ORM on `QueueRollup` and on the finalized partial index;
+percentiles through PostgreSQL's `percentile_cont` as an ORM aggregate."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import fields
+from typing import Any
+
+from django.db.models import Aggregate, Count, F, FloatField, Q
+from django.db.models.functions import Extract, Now
+
+from awa_django.snapshot import KindFigures, RollupPoint
+from awa_django.states import DEPTH_STATES, JobState
+from awa_django.storage.models import TERMINAL, Job, QueueRollup
+
+
+class Percentile(Aggregate):
+    """`percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)`."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+        if not 0 <= fraction <= 1:
+            raise ValueError("fraction must be between 0 and 1")
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
+def queue_history(minutes: int, *, using: str) -> list[RollupPoint]:
+    """Every queue's rollups of the last `minutes` minutes, oldest first."""
+    since = Now() - dt.timedelta(minutes=minutes)
+    rows = QueueRollup.objects.using(using).filter(minute__gte=since).order_by("minute", "queue")
+    names = [f.name for f in fields(RollupPoint)]
+    return [RollupPoint(*values) for values in rows.values_list(*names)]
+
+
+def _finalized_since(minutes: int, using: str) -> Any:
+    """Jobs finalized in the last `minutes` (served by awa_jobs_finalized_idx)."""
+    since = Now() - dt.timedelta(minutes=minutes)
+    return Job.objects.using(using).filter(state__in=TERMINAL, finalized_at__gte=since)
+
+
+def kind_figures(minutes: int, *, using: str) -> list[KindFigures]:
+    """Per kind, the jobs that finalized in the last `minutes`: most jobs first."""
+    run_seconds = Extract(F("finalized_at") - F("attempted_at"), "epoch")
+    rows = (
+        _finalized_since(minutes, using)
+        .values("kind")
+        .annotate(
+            completed=Count("id", filter=Q(state=JobState.COMPLETED)),
+            failed=Count("id", filter=Q(state=JobState.FAILED)),
+            cancelled=Count("id", filter=Q(state=JobState.CANCELLED)),
+            p95=Percentile(run_seconds, 0.95),
+        )
+        .order_by()
+    )
+    figures = [
+        KindFigures(r["kind"], r["completed"], r["failed"], r["cancelled"], r["p95"]) for r in rows
+    ]
+    return sorted(figures, key=lambda f: (-f.count, f.kind))
+
+
+def queue_outcomes(minutes: int, *, using: str) -> dict[str, tuple[int, int]]:
+    """{queue: (completed, failed)} over the jobs finalized in the last `minutes`."""
+    rows = (
+        _finalized_since(minutes, using)
+        .values("queue")
+        .annotate(
+            completed=Count("id", filter=Q(state=JobState.COMPLETED)),
+            failed=Count("id", filter=Q(state=JobState.FAILED)),
+        )
+        .order_by()
+    )
+    return {r["queue"]: (r["completed"], r["failed"]) for r in rows}
+
+
+def state_counts(*, using: str) -> dict[str, int]:
+    """Jobs per live state (every state but completed): one pass over the (state, -id)
+    index, the same cost as the dashboard's depth."""
+    rows = (
+        Job.objects.using(using)
+        .filter(state__in=DEPTH_STATES)
+        .values("state")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    return {row["state"]: row["n"] for row in rows}

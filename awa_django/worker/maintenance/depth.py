@@ -1,0 +1,25 @@
+"""Measures each queue's depth and lag once for the whole fleet: the leader runs one
+index-only query and publishes the figures through its own metrics endpoint, so no
+scrape of any worker touches the jobs table (decision 021)."""
+
+from __future__ import annotations
+
+from awa_django.storage.sql import rollups as rollups_sql
+from awa_django.worker.database import Database
+from awa_django.worker.metrics import WorkerMetrics
+
+INTERVAL = 15.0
+
+
+class QueueDepth:
+    def __init__(self, db: Database, metrics: WorkerMetrics, queues: list[str]) -> None:
+        self.db = db
+        self.metrics = metrics
+        self.queues = queues  # reported at 0 when they have no available job
+
+    async def run_once(self) -> dict[str, tuple[int, float]]:
+        figures: dict[str, tuple[int, float]] = dict.fromkeys(self.queues, (0, 0.0))
+        for figure in await self.db.run(rollups_sql.queue_depth_lag()):
+            figures[figure.queue] = (figure.depth, figure.lag_seconds)
+        self.metrics.set_queue_figures(figures)
+        return figures

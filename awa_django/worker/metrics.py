@@ -1,0 +1,300 @@
+"""The worker's instruments, named after Awa's (`awa.job.completed` → Prometheus
+`awa_job_completed_total`), counted in-process: no SQL per job (decision 021).
+
+`WorkerMetrics` feeds two optional sinks: a private prometheus-client registry (served by
+worker/health.py when `awa_worker --metrics-port` is given) and, when the OpenTelemetry
+SDK is installed and a meter provider configured, the OpenTelemetry metrics API. With
+neither, `WorkerMetrics.disabled()` is a null object: every call returns at once.
+
+Outcome counters are fed from the committed events the executor emits (`Completed`,
+`Retried`, `Exhausted`, `Cancelled`, `Rescued`), so they equal the outcomes the database
+holds: a stale outcome emits nothing and counts nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from awa_django import tracing
+from awa_django.events import Cancelled, Completed, Event, Exhausted, Rescued, Retried
+from awa_django.exceptions import MetricsUnavailable
+
+# Seconds; one set for job durations and waits, one for the short internal steps.
+JOB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
+SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 512)
+
+_OUTCOMES: dict[type[Event], str] = {
+    Completed: "completed",
+    Retried: "retried",
+    Exhausted: "failed",
+    Cancelled: "cancelled",
+}
+
+
+def prometheus_available() -> bool:
+    return importlib.util.find_spec("prometheus_client") is not None
+
+
+class WorkerMetrics:
+    """Every instrument of one worker process. Construct with `prometheus=True` to export
+    Prometheus text (`render()`), `otel=True` to record through OpenTelemetry too."""
+
+    def __init__(self, *, prometheus: bool = False, otel: bool = False) -> None:
+        self.enabled = prometheus or otel
+        self.registry: Any = None
+        self._prom: dict[str, Any] = {}
+        self._otel: dict[str, Any] = {}
+        # Children cached per label tuple: labels() takes a lock and hashes each time.
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+        # Read at scrape time (worker/runtime.py sets them): no bookkeeping per job.
+        self.in_flight: Callable[[], dict[str, int]] = dict
+        self.hook_backlog: Callable[[], int] = lambda: 0
+        self.is_leader: Callable[[], bool] = lambda: False
+        self.queue_figures: dict[str, tuple[int, float]] = {}
+        if prometheus:
+            self._build_prometheus()
+        if otel:
+            self._build_otel()
+
+    @classmethod
+    def disabled(cls) -> WorkerMetrics:
+        return cls()
+
+    @classmethod
+    def for_worker(cls, metrics_port: int | None) -> WorkerMetrics:
+        """Prometheus when a port is given (MetricsUnavailable without prometheus-client),
+        OpenTelemetry when its SDK is configured; else the null object."""
+        if metrics_port is not None and not prometheus_available():
+            raise MetricsUnavailable()
+        return cls(prometheus=metrics_port is not None, otel=tracing.meter_configured())
+
+    # -- recording (the hot path: a dict lookup and an increment) ------------------------
+    def event(self, event: Event) -> None:
+        """Count one committed lifecycle event."""
+        if not self.enabled:
+            return
+        if isinstance(event, Rescued):
+            self._count("awa_maintenance_rescues", (event.reason,))
+            return
+        outcome = _OUTCOMES.get(type(event))
+        if outcome is not None:
+            self._count(f"awa_job_{outcome}", (event.job.kind, event.job.queue))
+
+    def attempt(self, kind: str, queue: str, seconds: float, wait_seconds: float | None) -> None:
+        """One attempt ran for `seconds`; it waited `wait_seconds` from created to claimed."""
+        if not self.enabled:
+            return
+        self._observe("awa_job_duration_seconds", (kind, queue), seconds)
+        if wait_seconds is not None:
+            self._observe("awa_job_wait_duration_seconds", (kind, queue), max(wait_seconds, 0))
+
+    def claimed(self, queue: str, count: int, seconds: float) -> None:
+        if not self.enabled:
+            return
+        self._observe("awa_dispatch_claim_duration_seconds", (queue,), seconds)
+        self._observe("awa_dispatch_claim_batch_size", (queue,), count)
+        if count:
+            self._count("awa_job_claimed", (queue,), count)
+
+    def flushed(self, count: int, seconds: float) -> None:
+        if not self.enabled:
+            return
+        self._observe("awa_completion_flush_duration_seconds", (), seconds)
+        self._observe("awa_completion_flush_batch_size", (), count)
+
+    def hook_ran(self, kind: str, seconds: float) -> None:
+        if not self.enabled:
+            return
+        self._observe("awa_hook_duration_seconds", (kind,), seconds)
+
+    def set_queue_figures(self, figures: dict[str, tuple[int, float]]) -> None:
+        """The leader's latest {queue: (depth, lag seconds)} (worker/maintenance/depth.py)."""
+        self.queue_figures = figures
+
+    # -- sinks -----------------------------------------------------------------------------
+    def _count(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
+        if self.registry is not None:
+            self._child(name, labels).inc(amount)
+        if self._otel:
+            self._otel[name].add(amount, self._attributes(name, labels))
+
+    def _observe(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        if self.registry is not None:
+            self._child(name, labels).observe(value)
+        if self._otel:
+            self._otel[name].record(value, self._attributes(name, labels))
+
+    def _attributes(self, name: str, labels: tuple[str, ...]) -> dict[str, str]:
+        key = ("otel:" + name, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = _attributes(name, labels)
+        return found
+
+    def _child(self, name: str, labels: tuple[str, ...]) -> Any:
+        key = (name, labels)
+        child = self._children.get(key)
+        if child is None:
+            metric = self._prom[name]
+            child = metric.labels(*labels) if labels else metric
+            self._children[key] = child
+        return child
+
+    def _build_prometheus(self) -> None:
+        import prometheus_client as prom
+
+        self.registry = prom.CollectorRegistry(auto_describe=True)
+        for name, (kind, labels, text, buckets) in INSTRUMENTS.items():
+            base = name.removesuffix("_total")
+            if kind == "counter":
+                self._prom[base] = prom.Counter(base, text, labels, registry=self.registry)
+            else:
+                self._prom[name] = prom.Histogram(
+                    name, text, labels, buckets=buckets, registry=self.registry
+                )
+        self.registry.register(_LiveCollector(self))
+
+    def _build_otel(self) -> None:
+        meter = tracing.meter()
+        for name, (kind, _labels, text, _buckets) in INSTRUMENTS.items():
+            otel_name, unit = _otel_name(name)
+            if kind == "counter":
+                self._otel[name.removesuffix("_total")] = meter.create_counter(
+                    otel_name, unit=unit, description=text
+                )
+            else:
+                self._otel[name] = meter.create_histogram(otel_name, unit=unit, description=text)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every instrument."""
+        from prometheus_client import generate_latest
+
+        return bytes(generate_latest(self.registry))
+
+
+KQ = ("kind", "queue")
+# name → (type, labels, help, buckets). Names are Awa's with dots as underscores; a
+# counter's `_total` suffix is prometheus-client's own.
+INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str, tuple[float, ...]]] = {
+    "awa_job_completed_total": ("counter", KQ, "Jobs completed (committed).", ()),
+    "awa_job_failed_total": ("counter", KQ, "Jobs failed for good (exhausted or terminal).", ()),
+    "awa_job_retried_total": ("counter", KQ, "Attempts that ended in a retry.", ()),
+    "awa_job_cancelled_total": ("counter", KQ, "Jobs cancelled by their handler.", ()),
+    "awa_job_claimed_total": ("counter", ("queue",), "Jobs claimed by this worker.", ()),
+    "awa_maintenance_rescues_total": (
+        "counter",
+        ("reason",),
+        "Attempts and parked jobs rescued by the leader.",
+        (),
+    ),
+    "awa_job_duration_seconds": ("histogram", KQ, "Handler run time per attempt.", JOB_BUCKETS),
+    "awa_job_wait_duration_seconds": (
+        "histogram",
+        KQ,
+        "Time from a job's creation to the claim of this attempt.",
+        JOB_BUCKETS,
+    ),
+    "awa_dispatch_claim_duration_seconds": (
+        "histogram",
+        ("queue",),
+        "Duration of one claim statement.",
+        STEP_BUCKETS,
+    ),
+    "awa_dispatch_claim_batch_size": (
+        "histogram",
+        ("queue",),
+        "Jobs returned by one claim statement.",
+        SIZE_BUCKETS,
+    ),
+    "awa_completion_flush_duration_seconds": (
+        "histogram",
+        (),
+        "Duration of one batched completion flush.",
+        STEP_BUCKETS,
+    ),
+    "awa_completion_flush_batch_size": (
+        "histogram",
+        (),
+        "Completions written by one flush.",
+        SIZE_BUCKETS,
+    ),
+    "awa_hook_duration_seconds": (
+        "histogram",
+        ("kind",),
+        "Delivery of one lifecycle event to its hooks.",
+        JOB_BUCKETS,
+    ),
+}
+# Gauges read at scrape time by _LiveCollector: awa_job_in_flight{queue},
+# awa_hook_backlog, awa_worker_leader, and on the leader awa_queue_depth{queue} and
+# awa_queue_lag_seconds{queue}.
+
+
+class _LiveCollector:
+    """Gauges computed when scraped, from the runtime's own counters (no per-job work)."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        m = self.metrics
+        in_flight = GaugeMetricFamily(
+            "awa_job_in_flight", "Attempts running in this worker.", labels=["queue"]
+        )
+        for queue, running in sorted(m.in_flight().items()):
+            in_flight.add_metric([queue], running)
+        yield in_flight
+        yield GaugeMetricFamily(
+            "awa_hook_backlog", "Lifecycle events waiting for their hooks.", m.hook_backlog()
+        )
+        leading = m.is_leader()
+        yield GaugeMetricFamily(
+            "awa_worker_leader", "1 while this worker is the maintenance leader.", int(leading)
+        )
+        if leading:
+            yield from _queue_gauges(m.queue_figures)
+
+
+def _queue_gauges(figures: dict[str, tuple[int, float]]) -> Iterator[Any]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    depth = GaugeMetricFamily(
+        "awa_queue_depth", "Available jobs per queue (published by the leader).", labels=["queue"]
+    )
+    lag = GaugeMetricFamily(
+        "awa_queue_lag_seconds",
+        "Age of the oldest available job per queue (published by the leader).",
+        labels=["queue"],
+    )
+    for queue, (jobs, seconds) in sorted(figures.items()):
+        depth.add_metric([queue], jobs)
+        lag.add_metric([queue], seconds)
+    yield depth
+    yield lag
+
+
+_LABEL_KEYS = {"kind": "awa.job.kind", "queue": "awa.job.queue", "reason": "awa.rescue.kind"}
+
+
+def _attributes(name: str, labels: tuple[str, ...]) -> dict[str, str]:
+    keys = INSTRUMENTS.get(name, INSTRUMENTS.get(f"{name}_total", ("", (), "", ())))[1]
+    return {_LABEL_KEYS.get(k, f"awa.{k}"): v for k, v in zip(keys, labels, strict=True)}
+
+
+def _otel_name(name: str) -> tuple[str, str]:
+    """`awa_job_duration_seconds` → ("awa.job.duration", "s"), counters unit "1"."""
+    base = name.removesuffix("_total")
+    unit = "s" if base.endswith("_seconds") else "1"
+    base = base.removesuffix("_seconds")
+    for prefix in ("awa_job_", "awa_queue_", "awa_dispatch_", "awa_completion_", "awa_hook_"):
+        if base.startswith(prefix):
+            return prefix.replace("_", ".") + base[len(prefix) :], unit
+    return base.replace("_", ".", 2), unit
