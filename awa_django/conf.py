@@ -85,6 +85,12 @@ class AwaSettings:
     # A job whose kind no worker has a handler for is handed back (no attempt counted) for
     # this long, so a rolling deploy never fails new work; then it fails. Decision 011.
     unknown_kind_grace: float = 3600.0
+    # Where the worker LISTENs: None = its DATABASE connection (unless that alias is behind a
+    # transaction pooler), an alias or a libpq DSN reaching PostgreSQL directly, or False =
+    # never (poll only). READ_DATABASE: the alias the admin and awa_status read from (a
+    # replica); None = DATABASE. Decision 020, docs/deployment.md.
+    listen_database: str | bool | None = None
+    read_database: str | None = None
 
     @property
     def callback_secret(self) -> str | None:
@@ -103,9 +109,9 @@ _SECRET_KEYS = ("CALLBACK_SECRET", "CALLBACK_SECRETS")
 _SCALAR_KEYS = {
     f.name.upper(): f.name
     for f in fields(AwaSettings)
-    if f.name not in ("queues", "callback_secrets")
+    if f.name not in ("queues", "callback_secrets", "listen_database")
 }
-_KNOWN_KEYS = {"QUEUES", *_SECRET_KEYS, *_SCALAR_KEYS}
+_KNOWN_KEYS = {"QUEUES", "LISTEN_DATABASE", *_SECRET_KEYS, *_SCALAR_KEYS}
 
 
 def validate_queue_name(name: object) -> str:
@@ -207,6 +213,19 @@ def _parse_callback_secrets(raw: dict[str, Any]) -> tuple[str, ...]:
     return tuple(many)
 
 
+def _parse_listen_database(value: object) -> str | bool | None:
+    """None, False, an alias or a DSN (which alias it is is checked by awa.E031)."""
+    if value is None or value is False:
+        return None if value is None else False
+    if isinstance(value, str) and value.strip():
+        return value
+    raise ImproperlyConfigured(
+        'AWA["LISTEN_DATABASE"] must be a database alias, a libpq DSN such as '
+        '"postgres://user@db-primary:5432/app", False (never LISTEN: poll only) or None '
+        f"(LISTEN on AWA['DATABASE']), got {value!r:.100}."
+    )
+
+
 def load_settings() -> AwaSettings:
     """Read `settings.AWA` into an `AwaSettings`; raises ImproperlyConfigured on mistakes."""
     raw: dict[str, Any] = dict(getattr(django_settings, "AWA", {}) or {})
@@ -225,6 +244,7 @@ def load_settings() -> AwaSettings:
             f"got {kwargs['hook_overflow']!r:.100}."
         )
     kwargs["callback_secrets"] = _parse_callback_secrets(raw)
+    kwargs["listen_database"] = _parse_listen_database(raw.get("LISTEN_DATABASE"))
     if "QUEUES" in raw:
         kwargs["queues"] = _parse_queues(raw["QUEUES"])
     return AwaSettings(**kwargs)

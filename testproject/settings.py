@@ -68,6 +68,15 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL")}
+# DATABASE_POOLED=1: DATABASE_URL goes through PgBouncer in transaction mode
+# (tests/acceptance/test_pgbouncer.py). Django's setting for that case, which the worker
+# reads too (docs/deployment.md).
+if env.bool("DATABASE_POOLED", default=False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# A second database standing in for a read replica (tests/integration/test_read_replica.py):
+# not streamed from "default", so a test can tell which one a page read. Only tests that
+# ask for it create it.
+DATABASES["replica"] = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_replica"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
 
@@ -79,6 +88,15 @@ def _callback_secrets() -> dict[str, Any]:
     if rotation:
         return {"CALLBACK_SECRETS": rotation}
     return {"CALLBACK_SECRET": env.str("AWA_CALLBACK_SECRET", default=DEMO_CALLBACK_SECRET)}
+
+
+def _listen_database() -> dict[str, Any]:
+    """AWA_LISTEN_DATABASE: an alias or DSN for the LISTEN connection, or "false" (poll
+    only). The PgBouncer acceptance test points it past the pooler."""
+    value = env.str("AWA_LISTEN_DATABASE", default="")
+    if not value:
+        return {}
+    return {"LISTEN_DATABASE": False if value.lower() == "false" else value}
 
 
 def _hook_backlog() -> dict[str, Any]:
@@ -99,6 +117,7 @@ AWA = {
     },
     **_callback_secrets(),
     **_hook_backlog(),
+    **_listen_database(),
 }
 
 # Django's own @task functions run on awa too (docs/django-tasks.md).
