@@ -7,6 +7,7 @@ AWA_CALLBACK_SECRETS), and `manage.py check --deploy` warns about any default le
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +121,15 @@ AWA = {
     **_listen_database(),
 }
 
-# Django's own @task functions run on awa too (docs/django-tasks.md).
-TASKS = {
-    "default": {
-        "BACKEND": "awa_django.backends.AwaBackend",
-        "QUEUES": ["default", "email"],
+# Django's own @task functions run on awa too (docs/django-tasks.md): django.tasks on
+# Django 6.0+, the django-tasks backport on 5.2 (without either, TASKS would be awa.E031).
+if find_spec("django.tasks") or find_spec("django_tasks"):
+    TASKS = {
+        "default": {
+            "BACKEND": "awa_django.backends.AwaBackend",
+            "QUEUES": ["default", "email"],
+        }
     }
-}
 
 LOGGING = {
     "version": 1,
