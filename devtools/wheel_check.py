@@ -185,7 +185,9 @@ def one_job_through_a_worker(python: str, project: Path, env: dict[str, str]) ->
     try:
         deadline = time.monotonic() + 120
         while (
-            state := run([python, "manage.py", "shell", "-v", "0", "-c", state_of], project, env).strip()
+            state := run(
+                [python, "manage.py", "shell", "-v", "0", "-c", state_of], project, env
+            ).strip()
         ) != "completed":
             if time.monotonic() > deadline or worker.poll() is not None:
                 raise RuntimeError(f"job {job_id} is {state}; worker log:\n{log.read_text()}")
