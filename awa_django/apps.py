@@ -13,8 +13,11 @@ class AwaConfig(AppConfig):
 
     def ready(self) -> None:
         autodiscover_modules("jobs")
-        from awa_django import checks  # noqa: F401  (registers the system checks)
-        from awa_django.tasks.backend import install as install_task_backend
+        from awa_django import checks, setup_checks  # noqa: F401  (registers the checks)
+        from awa_django.tasks import AVAILABLE
 
-        # The django.tasks resolver and signal hook; a no-op unless TASKS uses AwaBackend.
-        install_task_backend()
+        if AVAILABLE:  # Django 6.0+, or 5.2 with the django-tasks backport
+            from awa_django.tasks.backend import install as install_task_backend
+
+            # The django.tasks resolver and signal hook; a no-op unless TASKS uses AwaBackend.
+            install_task_backend()

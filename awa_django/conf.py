@@ -117,6 +117,12 @@ class AwaSettings:
     # The leader's per-minute queue rollups (the dashboard's charts) are kept this long.
     # Decision 021.
     rollup_retention: float = 24 * 3600.0
+    # Where the worker LISTENs: None = its DATABASE connection (unless that alias is behind a
+    # transaction pooler), an alias or a libpq DSN reaching PostgreSQL directly, or False =
+    # never (poll only). READ_DATABASE: the alias the admin and awa_status read from (a
+    # replica); None = DATABASE. Decision 020, docs/deployment.md.
+    listen_database: str | bool | None = None
+    read_database: str | None = None
 
     @property
     def callback_secret(self) -> str | None:
@@ -140,9 +146,9 @@ _SECRET_KEYS = ("CALLBACK_SECRET", "CALLBACK_SECRETS")
 _SCALAR_KEYS = {
     f.name.upper(): f.name
     for f in fields(AwaSettings)
-    if f.name not in ("queues", "callback_secrets", "max_workers")
+    if f.name not in ("queues", "callback_secrets", "max_workers", "listen_database")
 }
-_KNOWN_KEYS = {"QUEUES", "WORKER", *_SECRET_KEYS, *_SCALAR_KEYS}
+_KNOWN_KEYS = {"QUEUES", "WORKER", "LISTEN_DATABASE", *_SECRET_KEYS, *_SCALAR_KEYS}
 _QUEUE_KEYS = tuple(f.name for f in fields(QueueConfig) if f.name != "name")
 
 
@@ -320,6 +326,19 @@ def _parse_callback_secrets(raw: dict[str, Any]) -> tuple[str, ...]:
     return tuple(many)
 
 
+def _parse_listen_database(value: object) -> str | bool | None:
+    """None, False, an alias or a DSN (which alias it is is checked by awa.E031)."""
+    if value is None or value is False:
+        return None if value is None else False
+    if isinstance(value, str) and value.strip():
+        return value
+    raise ImproperlyConfigured(
+        'AWA["LISTEN_DATABASE"] must be a database alias, a libpq DSN such as '
+        '"postgres://user@db-primary:5432/app", False (never LISTEN: poll only) or None '
+        f"(LISTEN on AWA['DATABASE']), got {value!r:.100}."
+    )
+
+
 def load_settings() -> AwaSettings:
     """Read `settings.AWA` into an `AwaSettings`; raises ImproperlyConfigured on mistakes."""
     raw: dict[str, Any] = dict(getattr(django_settings, "AWA", {}) or {})
@@ -339,6 +358,7 @@ def load_settings() -> AwaSettings:
         )
     kwargs["callback_secrets"] = _parse_callback_secrets(raw)
     kwargs["max_workers"] = _parse_worker(raw.get("WORKER"))
+    kwargs["listen_database"] = _parse_listen_database(raw.get("LISTEN_DATABASE"))
     if "QUEUES" in raw:
         kwargs["queues"] = _parse_queues(raw["QUEUES"], kwargs["max_workers"])
     return AwaSettings(**kwargs)

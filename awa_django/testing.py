@@ -14,16 +14,18 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
-from django.tasks import Task
 
 from awa_django.conf import awa_settings
 from awa_django.events import ALL_EVENTS, Event
 from awa_django.registry import HookRegistration, kind_for, registry
 from awa_django.states import JobState
 from awa_django.storage.models import Job
+
+if TYPE_CHECKING:  # django.tasks is optional on Django 5.2 (awa_django.tasks.framework)
+    from awa_django.tasks.framework import Task
 
 __all__ = [
     "CapturedEvents",
@@ -135,9 +137,9 @@ def assert_not_enqueued(
 def _kind(kind: KindSpec) -> str:
     if isinstance(kind, str):
         return kind
-    if isinstance(kind, Task):
-        return kind.module_path
-    return kind_for(kind)
+    if isinstance(kind, type):
+        return kind_for(kind)
+    return kind.module_path  # a django.tasks Task
 
 
 def _matching(

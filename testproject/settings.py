@@ -8,6 +8,7 @@ AWA_CALLBACK_SECRETS), and `manage.py check --deploy` warns about any default le
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,15 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL")}
+# DATABASE_POOLED=1: DATABASE_URL goes through PgBouncer in transaction mode
+# (tests/acceptance/test_pgbouncer.py). Django's setting for that case, which the worker
+# reads too (docs/deployment.md).
+if env.bool("DATABASE_POOLED", default=False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# A second database standing in for a read replica (tests/integration/test_read_replica.py):
+# not streamed from "default", so a test can tell which one a page read. Only tests that
+# ask for it create it.
+DATABASES["replica"] = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_replica"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
 
@@ -80,6 +90,15 @@ def _callback_secrets() -> dict[str, Any]:
     if rotation:
         return {"CALLBACK_SECRETS": rotation}
     return {"CALLBACK_SECRET": env.str("AWA_CALLBACK_SECRET", default=DEMO_CALLBACK_SECRET)}
+
+
+def _listen_database() -> dict[str, Any]:
+    """AWA_LISTEN_DATABASE: an alias or DSN for the LISTEN connection, or "false" (poll
+    only). The PgBouncer acceptance test points it past the pooler."""
+    value = env.str("AWA_LISTEN_DATABASE", default="")
+    if not value:
+        return {}
+    return {"LISTEN_DATABASE": False if value.lower() == "false" else value}
 
 
 def _hook_backlog() -> dict[str, Any]:
@@ -133,15 +152,18 @@ AWA = {
     **_callback_secrets(),
     **_hook_backlog(),
     **_flow_control(),
+    **_listen_database(),
 }
 
-# Django's own @task functions run on awa too (docs/django-tasks.md).
-TASKS = {
-    "default": {
-        "BACKEND": "awa_django.backends.AwaBackend",
-        "QUEUES": ["default", "email"],
+# Django's own @task functions run on awa too (docs/django-tasks.md): django.tasks on
+# Django 6.0+, the django-tasks backport on 5.2 (without either, TASKS would be awa.E031).
+if find_spec("django.tasks") or find_spec("django_tasks"):
+    TASKS = {
+        "default": {
+            "BACKEND": "awa_django.backends.AwaBackend",
+            "QUEUES": ["default", "email"],
+        }
     }
-}
 
 LOGGING = {
     "version": 1,

@@ -10,9 +10,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from django.tasks import TaskContext, task
-
 from awa_django.tasks.backend import AwaTask
+from awa_django.tasks.framework import TaskContext, task
 
 
 @task()

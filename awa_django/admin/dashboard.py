@@ -7,7 +7,6 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import router
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -15,6 +14,7 @@ from django.utils import timezone
 
 from awa_django.admin import history
 from awa_django.admin.forms import QueueOperationForm
+from awa_django.admin.routing import pin_primary, primary, read_alias
 from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats
 from awa_django.conf import awa_settings
 from awa_django.display import format_duration
@@ -27,7 +27,7 @@ WINDOW_MINUTES = 5
 def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    client = _client(model_admin)
+    client = Client(read_alias(request, model_admin.model))
     stats = client.queue_stats(WINDOW_MINUTES)
     changelist = reverse(f"{model_admin.admin_site.name}:awa_django_job_changelist")
     context = {
@@ -74,7 +74,7 @@ def _dead_letter_rows(depth: dict[str, int], model_admin: Any) -> list[dict[str,
 
 def _client(model_admin: Any) -> Client:
     """A Client on the database the admin writes jobs to."""
-    return Client(router.db_for_write(model_admin.model))
+    return Client(primary(model_admin.model))
 
 
 def _queue_row(stats: QueueStats, changelist: str) -> dict[str, Any]:
@@ -128,6 +128,7 @@ def queue_operation_view(model_admin: Any, request: HttpRequest) -> HttpResponse
         messages.error(request, f"Queue not changed: {form.errors.as_text()}")
         return HttpResponseRedirect(target)
     queue = form.cleaned_data["queue"]
+    pin_primary(request)
     if form.cleaned_data["operation"] == "pause":
         _client(model_admin).pause_queue(queue, by=request.user.get_username())
         messages.success(request, f"Queue {queue} paused: workers claim no new jobs from it.")

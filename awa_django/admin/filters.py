@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from awa_django.admin.routing import read_alias
 from awa_django.client import Client
 from awa_django.registry import registry
 
@@ -24,11 +25,11 @@ class _ExactValueFilter(admin.SimpleListFilter):
 
     field: str
 
-    def known_values(self, request: HttpRequest) -> set[str]:
+    def known_values(self, request: HttpRequest, model_admin: Any) -> set[str]:
         raise NotImplementedError
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        values = self.known_values(request)
+        values = self.known_values(request, model_admin)
         if self.value():
             values.add(str(self.value()))
         return [(v, v) for v in sorted(values)]
@@ -44,8 +45,8 @@ class QueueFilter(_ExactValueFilter):
     parameter_name = "queue"
     field = "queue"
 
-    def known_values(self, request: HttpRequest) -> set[str]:
-        return Client().known_queues()
+    def known_values(self, request: HttpRequest, model_admin: Any) -> set[str]:
+        return Client(read_alias(request, model_admin.model)).known_queues()
 
 
 class KindFilter(_ExactValueFilter):
@@ -53,5 +54,5 @@ class KindFilter(_ExactValueFilter):
     parameter_name = "kind"
     field = "kind"
 
-    def known_values(self, request: HttpRequest) -> set[str]:
+    def known_values(self, request: HttpRequest, model_admin: Any) -> set[str]:
         return {d.kind for d in registry.jobs()}

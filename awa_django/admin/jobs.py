@@ -27,6 +27,7 @@ from django.utils.safestring import SafeString
 from awa_django.admin import actions, dashboard, detail, history, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
 from awa_django.admin.paginator import EstimatedCountPaginator
+from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.display import format_duration, format_priority
 from awa_django.states import TERMINAL_STATES
 from awa_django.storage.models import ActiveLease, Job
@@ -91,7 +92,7 @@ def search_filter(term: str) -> Q:
         return Q(kind=term)
 
 
-class JobAdmin(_ModelAdmin):
+class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
     list_display = (
         "id",
         "kind",
@@ -259,7 +260,9 @@ class JobAdmin(_ModelAdmin):
     def _lease(self, obj: Job) -> ActiveLease | None:
         # Looked up once per page although the lease and the timeline both show it.
         if "_awa_lease" not in obj.__dict__:
-            obj.__dict__["_awa_lease"] = ActiveLease.objects.filter(job_id=obj.pk).first()
+            # From the database the job was read from (the replica on a plain page view).
+            leases = ActiveLease.objects.using(obj._state.db)
+            obj.__dict__["_awa_lease"] = leases.filter(job_id=obj.pk).first()
         lease: ActiveLease | None = obj.__dict__["_awa_lease"]
         return lease
 

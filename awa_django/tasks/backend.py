@@ -18,15 +18,10 @@ import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+from asgiref.sync import sync_to_async
 from django.core import checks
 from django.db import transaction
-from django.tasks import task_backends
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import Task, TaskResult
-from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from awa_django.client import Client
@@ -41,6 +36,17 @@ from awa_django.exceptions import (
 from awa_django.registry import HookRegistration, JobDefinition, registry
 from awa_django.snapshot import JobSnapshot
 from awa_django.tasks import runner
+from awa_django.tasks.framework import (
+    BaseTaskBackend,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    normalize_json,
+    task_backends,
+    task_enqueued,
+)
 from awa_django.tasks.results import (
     awa_priority,
     import_task,
@@ -145,6 +151,22 @@ class AwaBackend(BaseTaskBackend):
         if task is None:
             raise TaskResultDoesNotExist(f"job {result_id} ({row.kind}) is not a django task")
         return result_from_row(row, task, self.alias)
+
+    # -- cancel (awa's; Django's backends have no cancel verb yet) ----------------------
+    def cancel(self, result_id: str) -> bool:
+        """Cancel the task if it has not finished: True if this call cancelled it, False if
+        it had already finished (it keeps its outcome). Its status becomes FAILED; a
+        running attempt's outcome is discarded. TaskResultDoesNotExist for an unknown id.
+
+            if not default_task_backend.cancel(result.id): ...  # or result.cancel()
+        """
+        job_id = _job_id(result_id)
+        self.get_result(result_id)  # TaskResultDoesNotExist for another job or none
+        return Client(self.database).cancel(job_id) is not None
+
+    async def acancel(self, result_id: str) -> bool:
+        """`cancel` for async code."""
+        return await sync_to_async(self.cancel)(result_id)
 
     # -- checks -------------------------------------------------------------------------
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:

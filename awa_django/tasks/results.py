@@ -11,14 +11,21 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.tasks.base import TASK_REFRESH_ATTRS, Task, TaskError, TaskResult, TaskResultStatus
-from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.utils.module_loading import import_string
 
 from awa_django.conf import DEFAULT_PRIORITY
 from awa_django.exceptions import AwaError, UnknownJobKind
 from awa_django.snapshot import JobSnapshot
 from awa_django.states import JobState
+from awa_django.tasks.framework import (
+    TASK_REFRESH_ATTRS,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+)
 
 logger = logging.getLogger("awa_django.backends")
 
@@ -68,6 +75,20 @@ class AwaTaskResult(_TaskResult):  # type: ignore[misc]
 
     async def arefresh(self) -> None:
         self._refresh_from(await self.task.get_backend().aget_result(self.id))
+
+    def cancel(self) -> bool:
+        """Cancel this task if it has not finished (`AwaBackend.cancel`), then refresh:
+        True if this call cancelled it. Django's TaskResult has no cancel; awa's does."""
+        cancelled: bool = self.task.get_backend().cancel(self.id)  # type: ignore[attr-defined]
+        self.refresh()
+        return cancelled
+
+    async def acancel(self) -> bool:
+        """`cancel` for async code."""
+        backend = self.task.get_backend()
+        cancelled: bool = await backend.acancel(self.id)  # type: ignore[attr-defined]
+        await self.arefresh()
+        return cancelled
 
     def _refresh_from(self, fresh: TaskResult[..., Any]) -> None:
         for attr in (*TASK_REFRESH_ATTRS, "attempt_count"):

@@ -9,18 +9,21 @@ from collections.abc import Callable
 from inspect import iscoroutinefunction
 from typing import Any
 
-from django.tasks import task_backends
-from django.tasks.base import Task, TaskContext
-from django.tasks.exceptions import InvalidTaskBackend
-from django.tasks.signals import task_finished, task_started
-from django.utils.json import normalize_json
-
 from awa_django.codec import dumps
 from awa_django.conf import awa_settings
 from awa_django.events import Cancelled, Completed, Event, Exhausted, Started
 from awa_django.exceptions import PayloadTooLarge, SerializationError, TerminalError
 from awa_django.execution.context import JobContext
 from awa_django.registry import JobDefinition
+from awa_django.tasks.framework import (
+    InvalidTaskBackend,
+    Task,
+    TaskContext,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from awa_django.tasks.results import awa_priority, result_from_row, task_for_row, task_marker
 
 logger = logging.getLogger("awa_django.backends")

@@ -2,7 +2,10 @@
 
 Built from `DATABASES[alias]` (OPTIONS included) so the worker talks to exactly the database
 Django does, with `application_name` naming the worker unless the user chose one. Every
-statement runs in autocommit: no transaction ever stays open while a handler runs.
+statement runs in autocommit: no transaction ever stays open while a handler runs, and no
+statement relies on session state, so the pool works through PgBouncer in transaction
+mode too. The only session feature, LISTEN, gets its own connection: `AWA["LISTEN_DATABASE"]`
+(an alias or DSN that reaches PostgreSQL directly) or none at all (decision 020).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from psycopg.conninfo import conninfo_to_dict
 
 from awa_django.storage.query import Query
 
@@ -40,6 +45,12 @@ _LIVENESS_DEFAULTS = {
 }
 
 
+def transaction_pooled(alias: str) -> bool:
+    """Whether `alias` sits behind a transaction pooler (PgBouncer's pool_mode=transaction),
+    as Django's own DISABLE_SERVER_SIDE_CURSORS says: its docs ask for it exactly then."""
+    return bool(connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+
+
 def connection_kwargs(alias: str, application_name: str) -> dict[str, Any]:
     """psycopg.connect() arguments equivalent to Django's for `alias`."""
     wrapper = connections[alias]
@@ -48,8 +59,17 @@ def connection_kwargs(alias: str, application_name: str) -> dict[str, Any]:
     # the runtime wants psycopg's defaults (decoded JSON, server-side prepared statements).
     for key in ("context", "cursor_factory"):
         params.pop(key, None)
-    if "prepare_threshold" not in wrapper.settings_dict.get("OPTIONS", {}):
+    # Behind a transaction pooler Django's None stays: a statement prepared on one server
+    # connection does not exist on the next (PgBouncer < 1.21, or without
+    # max_prepared_statements). OPTIONS["prepare_threshold"] opts back in.
+    if "prepare_threshold" not in wrapper.settings_dict.get("OPTIONS", {}) and not (
+        transaction_pooled(alias)
+    ):
         params.pop("prepare_threshold", None)
+    return _with_runtime_defaults(params, application_name)
+
+
+def _with_runtime_defaults(params: dict[str, Any], application_name: str) -> dict[str, Any]:
     params.setdefault("application_name", application_name)
     # A silently dead connection must fail in seconds, not after the kernel's TCP timeout
     # (minutes), or every lease of this worker goes stale while it waits. The user's
@@ -58,6 +78,41 @@ def connection_kwargs(alias: str, application_name: str) -> dict[str, Any]:
         params.setdefault(key, value)
     params["autocommit"] = True
     return params
+
+
+def listen_kwargs(
+    setting: str | bool | None, alias: str, application_name: str
+) -> dict[str, Any] | None:
+    """Where the LISTEN connection goes (`AWA["LISTEN_DATABASE"]`), or None for nowhere:
+    False says so; None means `alias` itself, unless a transaction pooler is in the way
+    (a LISTEN there would sit on a server connection handed to other clients)."""
+    if setting is False:
+        return None
+    if setting is None or setting is True:
+        return None if transaction_pooled(alias) else connection_kwargs(alias, application_name)
+    if setting in connections.databases:
+        if transaction_pooled(setting):
+            raise ImproperlyConfigured(
+                f'AWA["LISTEN_DATABASE"] names {setting!r}, which is behind a transaction '
+                "pooler (DISABLE_SERVER_SIDE_CURSORS): give an alias or DSN that reaches "
+                "PostgreSQL directly."
+            )
+        return connection_kwargs(setting, application_name)
+    return _with_runtime_defaults(dsn_params(setting), application_name)
+
+
+def dsn_params(dsn: str) -> dict[str, Any]:
+    """A libpq DSN ("postgres://…" or "host=… dbname=…") as psycopg.connect() arguments;
+    anything else is a misspelt alias."""
+    if "=" not in dsn and "://" not in dsn:
+        raise ImproperlyConfigured(
+            f'AWA["LISTEN_DATABASE"] {dsn!r} is neither a DATABASES alias nor a DSN '
+            '(such as "postgres://user@db-primary:5432/app").'
+        )
+    try:
+        return dict(conninfo_to_dict(dsn))
+    except psycopg.ProgrammingError as exc:
+        raise ImproperlyConfigured(f'AWA["LISTEN_DATABASE"] is not a valid DSN: {exc}') from exc
 
 
 _MAX_DOUBLINGS = 64
@@ -96,9 +151,18 @@ def without_flush_wait(kwargs: dict[str, Any]) -> dict[str, Any]:
 class Database:
     """The runtime's connection pool; services run their named statements through `run`."""
 
-    def __init__(self, alias: str, application_name: str, max_size: int) -> None:
+    def __init__(
+        self,
+        alias: str,
+        application_name: str,
+        max_size: int,
+        listen: str | bool | None = None,
+    ) -> None:
         self.alias = alias
+        self.pooled = transaction_pooled(alias)
         self.kwargs = connection_kwargs(alias, application_name)
+        # None: no LISTEN connection at all; the dispatchers' poll timer finds the work.
+        self.listen_kwargs = listen_kwargs(listen, alias, application_name)
         self.pool = self._pool(self.kwargs, max_size, "awa-worker")
 
     @staticmethod
@@ -133,12 +197,19 @@ class Database:
             return await work(conn)
 
     def connect(self) -> psycopg.Connection[Any]:
-        """A dedicated synchronous connection for heartbeats (no WAL flush wait)."""
-        return psycopg.connect(**without_flush_wait(self.kwargs))
+        """A dedicated synchronous connection for heartbeats (no WAL flush wait, except
+        behind a transaction pooler: PgBouncer < 1.20 refuses the `options` startup
+        parameter, and a session SET would leak to the pool's other clients)."""
+        return psycopg.connect(**self.heartbeat_kwargs)
 
-    async def aconnect(self) -> psycopg.AsyncConnection[Any]:
-        """A dedicated asynchronous connection (the LISTEN connection)."""
-        return await psycopg.AsyncConnection.connect(**self.kwargs)
+    @property
+    def heartbeat_kwargs(self) -> dict[str, Any]:
+        return self.kwargs if self.pooled else without_flush_wait(self.kwargs)
+
+    async def aconnect_listen(self) -> psycopg.AsyncConnection[Any]:
+        """The dedicated LISTEN connection (only when `listen_kwargs` is set)."""
+        assert self.listen_kwargs is not None
+        return await psycopg.AsyncConnection.connect(**self.listen_kwargs)
 
 
 async def retry_transient(

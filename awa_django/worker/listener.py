@@ -1,6 +1,11 @@
 """The LISTEN connection: wakes dispatchers on their queue's channel and sets the cancel
 flag of an attempt named on `awa_cancel`. NOTIFY is only a hint: after every (re)connect
-each dispatcher polls at once, so nothing that happened meanwhile is missed."""
+each dispatcher polls at once, so nothing that happened meanwhile is missed.
+
+It is a connection of its own, never a pooled one: `AWA["LISTEN_DATABASE"]` says where it
+goes. With none (LISTEN_DATABASE False, or DATABASE behind a transaction pooler and no
+LISTEN_DATABASE) the worker polls: pickup waits up to POLL_INTERVAL and a cancel reaches a
+running handler at its next heartbeat (decision 020)."""
 
 from __future__ import annotations
 
@@ -36,10 +41,13 @@ class Listener:
             dispatcher.wake()
 
     async def run(self) -> None:
+        if self.db.listen_kwargs is None:
+            self._warn_polling()
+            return
         backoff = Backoff(first=0.5, cap=10.0)
         while True:
             try:
-                conn = await self.db.aconnect()
+                conn = await self.db.aconnect_listen()
             except TRANSIENT_ERRORS as exc:
                 delay = backoff.next_delay()
                 logger.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, delay)
@@ -60,3 +68,20 @@ class Listener:
                 delay = backoff.next_delay()
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
+
+    def _warn_polling(self) -> None:
+        if self.db.pooled:
+            why = (
+                f"DATABASES[{self.db.alias!r}] is behind a transaction pooler "
+                "(DISABLE_SERVER_SIDE_CURSORS), where LISTEN cannot work, and "
+                'AWA["LISTEN_DATABASE"] is not set'
+            )
+        else:
+            why = 'AWA["LISTEN_DATABASE"] is False'
+        logger.warning(
+            "no LISTEN connection: %s. Polling every POLL_INTERVAL instead (pickup takes up "
+            "to that long; cancels reach running jobs at their next heartbeat). To be woken "
+            'at once, set AWA["LISTEN_DATABASE"] to an alias or DSN that reaches PostgreSQL '
+            "directly (docs/deployment.md).",
+            why,
+        )

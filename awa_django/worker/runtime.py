@@ -83,6 +83,7 @@ class Runtime:
             self.settings.database,
             f"awa-worker {self.worker_id}",
             max_size=4 + 2 * len(self.queues),
+            listen=self.settings.listen_database,
         )
         self._build_execution()
         self._build_maintenance()

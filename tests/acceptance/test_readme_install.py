@@ -83,3 +83,29 @@ def test_the_readme_install_section_works_verbatim_in_a_fresh_project(
     checked = run(["manage.py", "check"], tmp_path, env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "System check identified no issues" in checked.stdout
+
+
+def test_without_django_contrib_postgres_the_check_says_what_to_add(
+    tmp_path: Path, fresh_database: dict[str, str]
+) -> None:
+    """Issue 14 item 5: a user who leaves django.contrib.postgres out of the snippet gets
+    awa.E030 naming the line to add, not a traceback at migrate."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
+    }
+    env.update(fresh_database, AWA_CALLBACK_SECRET=secrets.token_hex(32))
+    made = run(["-m", "django", "startproject", "mysite", str(tmp_path)], ROOT, env)
+    assert made.returncode == 0, made.stderr
+    block = readme_settings_block()
+    without = block.replace('"django.contrib.postgres", ', "")
+    assert without != block, "the README snippet no longer adds django.contrib.postgres"
+    settings = tmp_path / "mysite" / "settings.py"
+    settings.write_text(settings.read_text() + "\n" + without)
+
+    checked = run(["manage.py", "check"], tmp_path, env)
+
+    assert checked.returncode != 0
+    assert "awa.E030" in checked.stderr
+    assert 'INSTALLED_APPS += ["django.contrib.postgres", "awa_django"]' in checked.stderr

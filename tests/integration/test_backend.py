@@ -11,20 +11,25 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import transaction
-from django.tasks import TaskResultStatus, task, task_backends
-from django.tasks.exceptions import (
-    InvalidTask,
-    InvalidTaskBackend,
-    TaskResultDoesNotExist,
-    TaskResultMismatch,
-)
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from awa_django import Client
 from awa_django.registry import registry
 from awa_django.storage.models import Job
 from awa_django.tasks.backend import AwaBackend, AwaTask, resolve
+from awa_django.tasks.framework import (
+    BACKENDS,
+    InvalidTask,
+    InvalidTaskBackend,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    task,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from awa_django.tasks.results import awa_priority, exception_path
 from awa_django.testing import drain
 from tests import tasks_for_tests as t
@@ -476,7 +481,7 @@ def test_resolver_returns_a_handler_for_a_task(backend: AwaBackend) -> None:
 
 
 def test_resolver_runs_nothing_without_an_awa_backend(settings: Any) -> None:
-    settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}
+    settings.TASKS = {"default": {"BACKEND": f"{BACKENDS}.dummy.DummyBackend"}}
 
     assert resolve("tests.tasks_for_tests.add") is None
 

@@ -9,18 +9,26 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.tasks import Task, TaskResult, TaskResultStatus, task
-from django.tasks.exceptions import InvalidTask
-from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
+from awa_django.tasks import framework
+from awa_django.tasks.framework import (
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultStatus,
+    task,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
 from awa_django.testing import drain
 from tests import tasks_for_tests as t
 
 QUEUES = ["default", "email"]
 BACKENDS = {
-    "immediate": "django.tasks.backends.immediate.ImmediateBackend",
-    "dummy": "django.tasks.backends.dummy.DummyBackend",
+    "immediate": f"{framework.BACKENDS}.immediate.ImmediateBackend",
+    "dummy": f"{framework.BACKENDS}.dummy.DummyBackend",
     "awa": "awa_django.backends.AwaBackend",
 }
 ALL_FIELDS = frozenset(

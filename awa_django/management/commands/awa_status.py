@@ -26,11 +26,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--window", type=int, default=5, help="throughput window in minutes (default 5)"
         )
-        parser.add_argument("--database", default=None, help="database alias (default: AWA)")
+        parser.add_argument(
+            "--database",
+            default=None,
+            help='database alias (default: AWA["READ_DATABASE"], else AWA["DATABASE"])',
+        )
         _add_check_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = options["database"] or awa_settings().database
+        # Read-only figures: a replica serves them as well as the primary (decision 020).
+        settings = awa_settings()
+        using = options["database"] or settings.read_database or settings.database
         if using not in connections.databases:
             raise CommandError(f"unknown database alias {using!r}; see DATABASES in settings")
         if options["window"] < 1:
