@@ -5,6 +5,7 @@ index of the other verbs."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypedDict, Unpack
 
 from awa_django.client import dead_letters
 from awa_django.client.dead_letters import Filters, Target
@@ -16,20 +17,26 @@ def _ids(ids: Iterable[int] | None) -> tuple[int, ...] | None:
     return None if ids is None else tuple(ids)
 
 
+class Which(TypedDict, total=False):
+    """The filters every dead-letter listing and bulk verb takes, spelled once."""
+
+    kind: str | None
+    queue: str | None
+    tag: str | None
+    reason: str | None  # a DeadLetterReason value
+
+
+def _filters(which: Which, ids: Iterable[int] | None = None) -> Filters:
+    return Filters(**which, ids=_ids(ids))
+
+
 class DeadLetterVerbs:
     @property
     def using(self) -> str:  # the Client's database alias
         raise NotImplementedError
 
     def dead_letters(
-        self,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        tag: str | None = None,
-        reason: str | None = None,
-        limit: int = 100,
-        after: str | None = None,
+        self, *, limit: int = 100, after: str | None = None, **which: Unpack[Which]
     ) -> DeadLetterPage:
         """One page of dead letters, newest first, filtered by any of kind, queue, tag and
         reason (a DeadLetterReason value). Pass `page.next_cursor` as `after` for the next.
@@ -38,23 +45,15 @@ class DeadLetterVerbs:
             while page.next_cursor:
                 page = client.dead_letters(queue="payments", after=page.next_cursor)
         """
-        filters = Filters(kind, queue, tag, reason)
-        return dead_letters.page(self.using, filters, limit, after)
+        return dead_letters.page(self.using, _filters(which), limit, after)
 
     def dead_letter(self, job_id: int) -> DeadLetterSnapshot:
         """The dead letter of job `job_id`; DeadLetterNotFound if there is none."""
         return dead_letters.get(self.using, job_id)
 
-    def count_dead_letters(
-        self,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        tag: str | None = None,
-        reason: str | None = None,
-    ) -> int:
+    def count_dead_letters(self, **which: Unpack[Which]) -> int:
         """How many dead letters match the filters (all of them without any)."""
-        return dead_letters.count(self.using, Filters(kind, queue, tag, reason))
+        return dead_letters.count(self.using, _filters(which))
 
     def dead_letter_depth(self) -> dict[str, int]:
         """Dead letters per queue (queues without any are left out)."""
@@ -72,20 +71,17 @@ class DeadLetterVerbs:
     def retry_dead_letters(
         self,
         *,
-        kind: str | None = None,
-        queue: str | None = None,
-        tag: str | None = None,
-        reason: str | None = None,
         ids: Iterable[int] | None = None,
         all: bool = False,
         to_queue: str | None = None,
         priority: int | None = None,
+        **which: Unpack[Which],
     ) -> DeadLetterRetry:
         """`retry_dead_letter` for every dead letter matching the filters (`ids`: these job
-        ids only), in batches (one
-        transaction each). Without a filter it needs `all=True` (DeadLetterFilterRequired).
-        Dead letters whose unique key a live job holds stay, listed in `conflicts`."""
-        filters = Filters(kind, queue, tag, reason, _ids(ids)).required("retry_dead_letters", all)
+        ids only), in batches (one transaction each). Without a filter it needs `all=True`
+        (DeadLetterFilterRequired). Dead letters whose unique key a live job holds stay,
+        listed in `conflicts`."""
+        filters = _filters(which, ids).required("retry_dead_letters", all)
         return dead_letters.retry_many(self.using, filters, Target(to_queue, priority))
 
     def purge_dead_letter(self, job_id: int) -> bool:
@@ -93,19 +89,11 @@ class DeadLetterVerbs:
         return dead_letters.purge_one(self.using, job_id)
 
     def purge_dead_letters(
-        self,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        tag: str | None = None,
-        reason: str | None = None,
-        ids: Iterable[int] | None = None,
-        all: bool = False,
+        self, *, ids: Iterable[int] | None = None, all: bool = False, **which: Unpack[Which]
     ) -> int:
         """Delete the dead letters matching the filters (`ids`: these job ids only), in
-        batches; how many. Without a
-        filter it needs `all=True` (DeadLetterFilterRequired)."""
-        filters = Filters(kind, queue, tag, reason, _ids(ids)).required("purge_dead_letters", all)
+        batches; how many. Without a filter it needs `all=True` (DeadLetterFilterRequired)."""
+        filters = _filters(which, ids).required("purge_dead_letters", all)
         return dead_letters.purge_many(self.using, filters)
 
     def dead_letter_failed(
