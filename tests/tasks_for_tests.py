@@ -71,7 +71,9 @@ def awa_task(**options: Any) -> Callable[[Callable[..., Any]], AwaTask]:
     imported; the test settings may use another backend then, so build the AwaTask here."""
 
     def declare(func: Callable[..., Any]) -> AwaTask:
-        return AwaTask(func=func, **options)
+        # Django 6.0's Task has no defaults for these (6.1 and the backport do).
+        defaults = {"priority": 0, "backend": "default", "queue_name": "default"}
+        return AwaTask(func=func, run_after=None, **{**defaults, **options})
 
     return declare
 
