@@ -48,13 +48,19 @@ def with_traceparent(metadata: dict[str, Any]) -> dict[str, Any]:
     return {**metadata, METADATA_KEY: parent}
 
 
-def tracer_configured() -> bool:
-    """A real tracer provider is installed (not the API's proxy or no-op default)."""
-    if not available():
-        return False
+@functools.cache
+def _trace_api() -> Any:
     from opentelemetry import trace
 
-    provider = trace.get_tracer_provider()
+    return trace
+
+
+def tracer_configured() -> bool:
+    """A real tracer provider is installed (not the API's proxy or no-op default). Asked
+    per attempt, so the API module is looked up once, not imported each time."""
+    if not available():
+        return False
+    provider = _trace_api().get_tracer_provider()
     return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
 
 
@@ -74,14 +80,20 @@ def meter() -> Any:
     return metrics.get_meter("awa_django")
 
 
-@contextlib.contextmanager
 def attempt_span(
     kind: str, queue: str, job_id: int, attempt: int, metadata: Mapping[str, Any]
-) -> Iterator[Any]:
-    """The span of one attempt, current inside the block (None without a tracer)."""
+) -> contextlib.AbstractContextManager[Any]:
+    """The span of one attempt, current inside the block (None without a tracer: then a
+    bare nullcontext, the only cost every untraced attempt pays)."""
     if not tracer_configured():
-        yield None
-        return
+        return contextlib.nullcontext()
+    return _attempt_span(kind, queue, job_id, attempt, metadata)
+
+
+@contextlib.contextmanager
+def _attempt_span(
+    kind: str, queue: str, job_id: int, attempt: int, metadata: Mapping[str, Any]
+) -> Iterator[Any]:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
