@@ -127,7 +127,13 @@ def drain(
             profile_to = options.profile_dir / name
         with db.pinned_horizon() if pin_horizon else nullcontext():
             figures = _drain(
-                options.jobs, args_type, processes, slow_hook, profile_to, observed, metrics
+                options.jobs,
+                args_type,
+                processes,
+                slow_hook,
+                profile_to,
+                observed=observed,
+                metrics=metrics,
             )
         return {**figures, "pinned_horizon": pin_horizon, "observed": observed, "metrics": metrics}
 
@@ -141,6 +147,7 @@ def _drain(
     slow_hook: str,
     profile_to: Path | None,
     extra_env: dict[str, str] | None = None,
+    *,
     observed: bool = False,
     metrics: bool = False,
 ) -> dict[str, Any]:
@@ -159,7 +166,7 @@ def _drain(
     with WorkerProcess(
         processes=processes, extra_env=env, extra_args=extra_args, profile_to=profile_to
     ) as worker:
-        observed = db.wait_until(
+        drained_at = db.wait_until(
             lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
         )
         worker_cpu, backend_cpu = procfs.worker_cpu(worker.pid), procfs.backend_cpu()
@@ -173,10 +180,10 @@ def _drain(
         "processes": processes,
         "handlers": "async" if args_type is BenchAsync else "sync",
         "slow_hook": slow_hook or None,
-        "jobs_per_s": round(n / (observed - worker.started_at), 1),
+        "jobs_per_s": round(n / (drained_at - worker.started_at), 1),
         "jobs_per_s_excl_startup": round(n / max(last - first, 1e-9), 1),
         "startup_s": round(first - worker.started_at, 3),
-        "elapsed_s": round(observed - worker.started_at, 3),
+        "elapsed_s": round(drained_at - worker.started_at, 3),
         "worker_cpu_s": _rounded(worker_cpu),
         "backends_cpu_s": _rounded(backend_cpu),
         "dispatch_idx_scans": scans - scans_before,
