@@ -110,8 +110,7 @@ def _attempt_span(
         # per attempt keeps a 25-attempt job from growing one endless trace.
         links = [trace.Link(trace.get_current_span(enqueued).get_span_context())]
         enqueued = otel_context.Context()
-    tracer = trace.get_tracer("awa_django")
-    with tracer.start_as_current_span(
+    with _tracer(trace.get_tracer_provider()).start_as_current_span(
         f"{SPAN_PREFIX} {kind}",
         context=enqueued if enqueued is not None else otel_context.Context(),
         kind=trace.SpanKind.CONSUMER,
@@ -127,6 +126,13 @@ def _attempt_span(
         },
     ) as span:
         yield span
+
+
+@functools.lru_cache(maxsize=4)
+def _tracer(provider: Any) -> Any:
+    """The package's tracer of `provider`, made once (the SDK builds a new one per call);
+    keyed by the provider, so a test that installs another gets its own."""
+    return provider.get_tracer("awa_django")
 
 
 def mark_outcome(span: Any, state: str | None, error: str | None) -> None:

@@ -13,7 +13,9 @@ holds: a stale outcome emits nothing and counts nothing.
 
 from __future__ import annotations
 
+import bisect
 import importlib.util
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,10 +47,13 @@ class WorkerMetrics:
     def __init__(self, *, prometheus: bool = False, otel: bool = False) -> None:
         self.enabled = prometheus or otel
         self.registry: Any = None
-        self._prom: dict[str, Any] = {}
         self._otel: dict[str, Any] = {}
-        # Children cached per label tuple: labels() takes a lock and hashes each time.
-        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._otel_attributes: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        # The Prometheus side keeps plain numbers, turned into metric families only when
+        # scraped: a job pays a dict lookup and an increment, no lock (prometheus-client's
+        # own instruments take one per sample). Keys: (instrument name, label values).
+        self._counts: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._series: dict[tuple[str, tuple[str, ...]], _Histogram] = {}
         # Read at scrape time (worker/runtime.py sets them): no bookkeeping per job.
         self.in_flight: Callable[[], dict[str, int]] = dict
         self.hook_backlog: Callable[[], int] = lambda: 0
@@ -117,44 +122,36 @@ class WorkerMetrics:
     # -- sinks -----------------------------------------------------------------------------
     def _count(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
         if self.registry is not None:
-            self._child(name, labels).inc(amount)
+            key = (name, labels)
+            self._counts[key] = self._counts.get(key, 0) + amount
         if self._otel:
             self._otel[name].add(amount, self._attributes(name, labels))
 
     def _observe(self, name: str, labels: tuple[str, ...], value: float) -> None:
         if self.registry is not None:
-            self._child(name, labels).observe(value)
+            key = (name, labels)
+            series = self._series.get(key)
+            if series is None:
+                series = self._series[key] = _Histogram(INSTRUMENTS[name][3])
+            series.observe(value)
         if self._otel:
             self._otel[name].record(value, self._attributes(name, labels))
 
     def _attributes(self, name: str, labels: tuple[str, ...]) -> dict[str, str]:
-        key = ("otel:" + name, labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = _attributes(name, labels)
-        return found
-
-    def _child(self, name: str, labels: tuple[str, ...]) -> Any:
         key = (name, labels)
-        child = self._children.get(key)
-        if child is None:
-            metric = self._prom[name]
-            child = metric.labels(*labels) if labels else metric
-            self._children[key] = child
-        return child
+        found = self._otel_attributes.get(key)
+        if found is None:
+            found = self._otel_attributes[key] = _attributes(name, labels)
+        return found
 
     def _build_prometheus(self) -> None:
         import prometheus_client as prom
 
         self.registry = prom.CollectorRegistry(auto_describe=True)
-        for name, (kind, labels, text, buckets) in INSTRUMENTS.items():
-            base = name.removesuffix("_total")
-            if kind == "counter":
-                self._prom[base] = prom.Counter(base, text, labels, registry=self.registry)
-            else:
-                self._prom[name] = prom.Histogram(
-                    name, text, labels, buckets=buckets, registry=self.registry
-                )
+        for name, (_kind, labels, _text, buckets) in INSTRUMENTS.items():
+            if not labels and buckets:  # label-less series are exposed from the start
+                self._series[(name, ())] = _Histogram(buckets)
+        self.registry.register(_RecordedCollector(self))
         self.registry.register(_LiveCollector(self))
 
     def _build_otel(self) -> None:
@@ -173,6 +170,22 @@ class WorkerMetrics:
         from prometheus_client import generate_latest
 
         return bytes(generate_latest(self.registry))
+
+
+class _Histogram:
+    """One histogram series: a count per bucket (the last one is +Inf) and the sum.
+    Written by the event loop's thread only; a scrape reads a copy."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # first bound >= value
+        self.sum += value
 
 
 KQ = ("kind", "queue")
@@ -231,6 +244,41 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str, tuple[float, ...]]] = {
 # Gauges read at scrape time by _LiveCollector: awa_job_in_flight{queue},
 # awa_hook_backlog, awa_worker_leader, and on the leader awa_queue_depth{queue} and
 # awa_queue_lag_seconds{queue}.
+
+
+class _RecordedCollector:
+    """The counters and histograms recorded since start, as metric families."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        # dict.copy() is atomic under the GIL: the loop may add a series meanwhile.
+        counts, series = self.metrics._counts.copy(), self.metrics._series.copy()
+        for name, (kind, labels, text, bounds) in INSTRUMENTS.items():
+            if kind == "counter":
+                base = name.removesuffix("_total")
+                counter = CounterMetricFamily(base, text, labels=list(labels))
+                for (owner, values), amount in sorted(counts.items()):
+                    if owner == base:
+                        counter.add_metric(list(values), amount)
+                yield counter
+                continue
+            histogram = HistogramMetricFamily(name, text, labels=list(labels))
+            les = [*map(floatToGoString, bounds), "+Inf"]
+            for (owner, values), recorded in sorted(series.items(), key=lambda item: item[0]):
+                if owner != name:
+                    continue
+                per_bucket, total = list(recorded.counts), recorded.sum
+                cumulative = list(itertools.accumulate(per_bucket))
+                histogram.add_metric(list(values), list(zip(les, cumulative, strict=True)), total)
+            yield histogram
 
 
 class _LiveCollector:

@@ -9,6 +9,7 @@ import math
 
 import pytest
 from hypothesis import given
+from prometheus_client.parser import text_string_to_metric_families
 from hypothesis import strategies as st
 
 from awa_django.admin import charts
@@ -109,6 +110,26 @@ def test_prometheus_sink_counts_per_label_and_exposes_live_gauges() -> None:
     assert "awa_queue_depth" not in text  # only the leader publishes depth and lag
     sink.is_leader = lambda: True
     assert 'awa_queue_lag_seconds{queue="q"} 1.5' in sink.render().decode()
+
+
+def test_histograms_count_a_value_on_a_bound_in_that_bucket_and_cumulate() -> None:
+    sink = WorkerMetrics(prometheus=True)
+    for size in (1, 2, 3, 600):  # bounds 1, 2, 5, ...; 600 is past the last (512)
+        sink.claimed("q", size, 0.01)
+    families = {f.name: f for f in text_string_to_metric_families(sink.render().decode())}
+    buckets = {
+        s.labels["le"]: s.value
+        for s in families["awa_dispatch_claim_batch_size"].samples
+        if s.name.endswith("_bucket")
+    }
+    assert (buckets["1.0"], buckets["2.0"], buckets["5.0"], buckets["512.0"]) == (1, 2, 3, 3)
+    assert buckets["+Inf"] == 4
+    totals = {s.name: s.value for s in families["awa_dispatch_claim_batch_size"].samples}
+    assert totals["awa_dispatch_claim_batch_size_sum"] == 606
+    assert totals["awa_dispatch_claim_batch_size_count"] == 4
+    # A label-less series is exposed before its first observation.
+    flushes = families["awa_completion_flush_duration_seconds"].samples
+    assert any(s.name.endswith("_count") and s.value == 0 for s in flushes)
 
 
 def test_a_metrics_port_without_prometheus_client_is_a_clear_error(monkeypatch) -> None:
