@@ -9,8 +9,8 @@ import math
 
 import pytest
 from hypothesis import given
-from prometheus_client.parser import text_string_to_metric_families
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from awa_django.admin import charts
 from awa_django.client import Breach, QueueStats, Thresholds, breaches
