@@ -25,6 +25,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pickup-jobs", type=int, default=200)
     parser.add_argument("--pickup-interval-ms", type=float, default=20.0)
     parser.add_argument("--bulk-jobs", type=int, default=1_000_000, help="bulk_retry size")
+    parser.add_argument(
+        "--bulk-rate", type=float, default=2_000.0, help="bulk_retry_paced's max_per_second"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--profile-dir",
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         pickup_jobs=args.pickup_jobs,
         pickup_interval=args.pickup_interval_ms / 1000,
         bulk_jobs=args.bulk_jobs,
+        bulk_rate=args.bulk_rate,
         profile_dir=args.profile_dir,
     )
     summaries, failed = [], False

@@ -53,10 +53,22 @@ def recreate() -> str:
     return name
 
 
+WRITES_TABLE = "bench_writes"
+
+
 def reset() -> None:
     """Empty every awa table so each run starts from the same state."""
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(AWA_TABLES)} RESTART IDENTITY")
+        # The row each *_write handler inserts (benchapp/jobs.py).
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {WRITES_TABLE} (job_id bigint NOT NULL)")
+        cursor.execute(f"TRUNCATE {WRITES_TABLE}")
+
+
+def written_rows() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {WRITES_TABLE}")
+        return int(cursor.fetchone()[0])
 
 
 def analyze() -> None:

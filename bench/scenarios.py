@@ -20,8 +20,10 @@ from . import procfs
 from .benchapp.jobs import (
     BenchAsync,
     BenchAtomic,
+    BenchAtomicWrite,
     BenchFail,
     BenchSync,
+    BenchSyncWrite,
     PickupAsync,
     PickupSync,
 )
@@ -41,6 +43,7 @@ class Options:
     pickup_jobs: int = 200
     pickup_interval: float = 0.02
     bulk_jobs: int = 1_000_000  # bulk_retry: failed jobs retried in one operation
+    bulk_rate: float = 2_000.0  # bulk_retry_paced: its max_per_second
     profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
 
 
@@ -173,12 +176,15 @@ def _drain(
     counts = db.state_counts()
     if counts != {"completed": n}:
         raise RuntimeError(f"after the drain the jobs are {counts}, expected {n} completed")
+    if args_type in (BenchSyncWrite, BenchAtomicWrite) and (written := db.written_rows()) != n:
+        raise RuntimeError(f"the handlers wrote {written} rows, expected {n}")
     first, last = db.completion_times()
     scans, reads = db.dispatch_index_reads()  # the worker's backends flushed them on exit
     return {
         "jobs": n,
         "processes": processes,
         "handlers": "async" if args_type is BenchAsync else "sync",
+        "job": args_type.__name__,
         "slow_hook": slow_hook or None,
         "jobs_per_s": round(n / (drained_at - worker.started_at), 1),
         "jobs_per_s_excl_startup": round(n / max(last - first, 1e-9), 1),
@@ -320,6 +326,8 @@ SCENARIOS: dict[str, Scenario] = {
     "noop_hook": drain(BenchAsync, slow_hook="noop"),
     "drain_sync": drain(BenchSync),
     "drain_atomic": drain(BenchAtomic),
+    "drain_sync_write": drain(BenchSyncWrite),
+    "drain_atomic_write": drain(BenchAtomicWrite),
     "drain_async_p2": drain(BenchAsync, processes=2),
     "drain_sync_p2": drain(BenchSync, processes=2),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
@@ -349,7 +357,7 @@ GROUPS = {
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
     # atomic=True beside the plain sync handlers it must stay within half of (decision 015).
-    "atomic": ["drain_sync", "drain_atomic"],
+    "atomic": ["drain_sync", "drain_atomic", "drain_sync_write", "drain_atomic_write"],
     "fail": ["fail_in_place", "fail_dead_letter"],
     "bulk": ["bulk_retry", "bulk_retry_paced"],
     "observability": [

@@ -23,6 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from django.db import DataError, IntegrityError, connections, transaction
 
 from awa_django.events import Event
@@ -79,13 +80,19 @@ def run(
 ) -> Committed | Transition:
     """Run `handler` and write its outcome in one transaction on `using`. Committed: the
     outcome is written (events to dispatch), or was stale. A Transition: nothing of the
-    attempt committed; the scheduler writes this failure on its own."""
+    attempt committed; the scheduler writes it on its own (a failure, or the outcome of a
+    handler that wrote nothing)."""
     started, in_handler = time.monotonic(), True
     try:
         with transaction.atomic(using=using):
             result = handler(job)
             in_handler = False
             transition = attempt.outcome_of_result(job, result)
+            if _nothing_to_commit(using):
+                # Nothing of the handler's is in the transaction: its outcome alone is
+                # already one guarded statement, so the scheduler writes it the plain
+                # (batched) way; leaving the block sends no COMMIT (decision 023).
+                return transition
             seconds = time.monotonic() - started
             steps = attempt.finish(job, transition, seconds, max_result_bytes, atomic=True)
             # No savepoint per step: each costs two round trips, and a refused step ends
@@ -98,6 +105,17 @@ def run(
         if in_handler:
             return attempt.outcome_of_error(job, exc)
         return _after_rollback(job, exc)
+
+
+def _nothing_to_commit(using: str) -> bool:
+    """The handler sent no statement on `using` inside the block (the connection has not
+    even begun its transaction) and registered no on_commit callback: committing would
+    change nothing, and a stale outcome would have nothing to roll back."""
+    wrapper = connections[using]
+    raw = wrapper.connection
+    if raw is None or wrapper.run_on_commit or len(wrapper.atomic_blocks) != 1:
+        return False
+    return bool(raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
 
 
 def _after_rollback(job: JobContext[Any], exc: BaseException) -> Committed | Transition:

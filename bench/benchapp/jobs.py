@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from django.db import connection
+
 import awa_django
 from awa_django import JobContext
 
@@ -26,6 +28,16 @@ class BenchSync:
 
 @dataclass
 class BenchAtomic:
+    n: int
+
+
+@dataclass
+class BenchSyncWrite:
+    n: int
+
+
+@dataclass
+class BenchAtomicWrite:
     n: int
 
 
@@ -56,9 +68,28 @@ def bench_sync(job: JobContext[BenchSync]) -> None:
 
 @awa_django.job(BenchAtomic, queue=BENCH_QUEUE, atomic=True)
 def bench_atomic(job: JobContext[BenchAtomic]) -> None:
-    """A sync no-op whose completion is written in its own transaction on the thread's
-    Django connection (decision 015): the cost of atomic=True alone."""
+    """A sync no-op with atomic=True. It writes nothing, so its outcome takes the plain
+    batched path (decision 023): what atomic=True costs a handler that finds nothing to
+    do. The cost of the transaction itself is drain_atomic_write's."""
     return None
+
+
+def _insert_one_row(job_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO bench_writes (job_id) VALUES (%s)", [job_id])
+
+
+@awa_django.job(BenchSyncWrite, queue=BENCH_QUEUE)
+def bench_sync_write(job: JobContext[BenchSyncWrite]) -> None:
+    """One INSERT in autocommit, then the batched completion."""
+    _insert_one_row(job.id)
+
+
+@awa_django.job(BenchAtomicWrite, queue=BENCH_QUEUE, atomic=True)
+def bench_atomic_write(job: JobContext[BenchAtomicWrite]) -> None:
+    """The same INSERT, committed with the guarded completion in one transaction on the
+    thread's Django connection (decision 015)."""
+    _insert_one_row(job.id)
 
 
 @awa_django.job(PickupAsync, queue=BENCH_QUEUE)

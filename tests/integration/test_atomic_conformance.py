@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import DataError, connection
+from django.db import DataError, connection, transaction
 from django.test import override_settings
 
 import awa_django
 from awa_django.events import Completed
 from awa_django.exceptions import InvalidJobDeclaration
+from awa_django.execution import atomic
 from awa_django.execution.context import JobContext
 from awa_django.results import Cancel, RetryAfter
 from awa_django.storage.models import Job
@@ -233,3 +234,68 @@ def test_atomic_must_be_a_bool() -> None:
 
     with pytest.raises(InvalidJobDeclaration, match="takes True or False"):
         awa_django.job(Sloppy, atomic="yes")  # type: ignore[arg-type]
+
+
+# -- a handler that writes nothing (decision 023) -----------------------------------------
+@dataclass
+class Untouched:
+    mode: str
+
+
+ON_COMMIT_RAN: list[int] = []
+
+
+@awa_django.job(Untouched, queue=QUEUE, max_attempts=3, atomic=True)
+def untouched(job: JobContext[Untouched]) -> Any:
+    if job.args.mode == "read":
+        Invoice.objects.exists()
+    if job.args.mode.startswith("on_commit"):
+        transaction.on_commit(lambda: ON_COMMIT_RAN.append(job.id))
+    if job.args.mode.endswith("cancelled_meanwhile"):
+        _cancel_from_another_connection(job.id)
+    return None
+
+
+@pytest.fixture
+def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Which way each atomic attempt ended: "committed" (its own transaction) or "plain"
+    (handed back to the scheduler's ordinary outcome path)."""
+    seen: list[str] = []
+    real = atomic.run
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        outcome = real(*args, **kwargs)
+        seen.append("committed" if isinstance(outcome, atomic.Committed) else "plain")
+        return outcome
+
+    monkeypatch.setattr(atomic, "run", spy)
+    return seen
+
+
+def test_a_handler_that_wrote_nothing_completes_the_plain_way(
+    scheduler: str, paths: list[str]
+) -> None:
+    job, events = run_attempt(scheduler, awa_django.enqueue(Untouched("nothing")).id)
+    assert job.state == "completed" and names(events) == ["Started", "Completed"]
+    assert paths == ["plain"]
+
+
+@pytest.mark.parametrize("mode", ["read", "on_commit"])
+def test_a_handler_that_read_or_awaits_its_commit_keeps_its_transaction(
+    scheduler: str, paths: list[str], mode: str
+) -> None:
+    ON_COMMIT_RAN.clear()
+    job, _ = run_attempt(scheduler, awa_django.enqueue(Untouched(mode)).id)
+    assert job.state == "completed" and paths == ["committed"]
+    assert ([job.id] if mode == "on_commit" else []) == ON_COMMIT_RAN
+
+
+def test_a_stale_outcome_drops_the_on_commit_callbacks_of_a_handler_that_wrote_nothing(
+    scheduler: str, paths: list[str]
+) -> None:
+    ON_COMMIT_RAN.clear()
+    job, events = run_attempt(
+        scheduler, awa_django.enqueue(Untouched("on_commit_cancelled_meanwhile")).id
+    )
+    assert job.state == "cancelled" and "Completed" not in names(events)
+    assert ON_COMMIT_RAN == [] and paths == ["committed"]
