@@ -1,7 +1,9 @@
 """`bulk_retry`: `Client.retry_failed` over N failed jobs (default 1,000,000) of one queue
 while a worker drains another, and that worker's completion rate during the operation
 against windows just before and just after it (decision 018: target >= 80 %).
-`bulk_retry_paced` is the same with `max_per_second=--bulk-rate` (default 2,000 jobs/s).
+It runs with the Client's defaults (chunks busy at most a quarter of the time);
+`bulk_retry_unpaced` with `busy_fraction=1.0` (no pause between chunks), and
+`bulk_retry_paced` with `max_per_second=--bulk-rate` (default 2,000 jobs/s) as well.
 
 The failed rows are written with one `INSERT ... SELECT generate_series`; the drained queue
 is kept above a backlog by `enqueue_many` top-ups in every phase alike, so the three rates
@@ -18,6 +20,7 @@ from django.db import connection, transaction
 
 import awa_django
 from awa_django.bulk import BulkProgress
+from awa_django.client.bulk import DEFAULT_BUSY_FRACTION
 
 from . import database as db
 from .benchapp.jobs import BenchAsync
@@ -26,7 +29,8 @@ from .worker import WorkerProcess
 FAILED_QUEUE = "bulk-failed"
 BACKLOG = 20_000  # bench jobs kept available, topped up in batches of this size
 WINDOW = 20.0  # seconds of the before and after windows
-SAMPLE = 1.0  # seconds between samples of the completed count
+SAMPLE = 1.0
+CONTROL_SECONDS = 170.0  # seconds between samples of the completed count
 CHUNK = 2000
 
 FILL_FAILED = """
@@ -43,14 +47,27 @@ FROM generate_series(1, %(rows)s) AS g
 
 
 def bulk_retry(options: Any) -> dict[str, Any]:
-    return _bulk_retry(options, None)
+    return _bulk_retry(options, None, DEFAULT_BUSY_FRACTION)
+
+
+def bulk_control(options: Any) -> dict[str, Any]:
+    """bulk_retry with the retry replaced by a sleep of CONTROL_SECONDS (about the default
+    retry's duration here): the drain's own drift over the same phase, on the same table
+    (it slows as completed rows pile up), to read `bulk_retry`'s "during" against."""
+    return _bulk_retry(options, None, DEFAULT_BUSY_FRACTION, control=True)
+
+
+def bulk_retry_unpaced(options: Any) -> dict[str, Any]:
+    return _bulk_retry(options, None, 1.0)
 
 
 def bulk_retry_paced(options: Any) -> dict[str, Any]:
-    return _bulk_retry(options, options.bulk_rate)
+    return _bulk_retry(options, options.bulk_rate, DEFAULT_BUSY_FRACTION)
 
 
-def _bulk_retry(options: Any, max_per_second: float | None) -> dict[str, Any]:
+def _bulk_retry(
+    options: Any, max_per_second: float | None, busy_fraction: float, control: bool = False
+) -> dict[str, Any]:
     db.reset()
     with connection.cursor() as cursor:
         cursor.execute(FILL_FAILED, {"queue": FAILED_QUEUE, "rows": options.bulk_jobs})
@@ -61,20 +78,27 @@ def _bulk_retry(options: Any, max_per_second: float | None) -> dict[str, Any]:
         db.wait_until(lambda: feeder.completed() > 0, 120.0, 0.05, "the first completion")
         before = feeder.rate(WINDOW, worker)
         outcome: dict[str, Any] = {}
-        thread = threading.Thread(target=_retry_all, args=(outcome, max_per_second))
+        thread = (
+            threading.Thread(target=time.sleep, args=(CONTROL_SECONDS,))
+            if control
+            else threading.Thread(target=_retry_all, args=(outcome, max_per_second, busy_fraction))
+        )
         began = time.perf_counter()
         thread.start()
         during = feeder.rate(None, worker, while_alive=thread)
         took = time.perf_counter() - began
         after = feeder.rate(WINDOW, worker)
-    progress: BulkProgress = outcome["progress"]
-    if progress.done != options.bulk_jobs:
-        raise RuntimeError(f"retried {progress.done} of {options.bulk_jobs} failed jobs")
+    progress: BulkProgress | None = outcome.get("progress")
+    if not control and (progress is None or progress.done != options.bulk_jobs):
+        done = progress.done if progress else 0
+        raise RuntimeError(f"retried {done} of {options.bulk_jobs} failed jobs")
     baseline = (before + after) / 2
     return {
         "jobs": options.bulk_jobs,
         "chunk_size": CHUNK,
         "max_per_second": max_per_second,
+        "busy_fraction": busy_fraction,
+        "control": control,
         "elapsed_s": round(took, 2),
         "jobs_per_s": round(options.bulk_jobs / took, 1),
         "drain_before_per_s": round(before, 1),
@@ -84,10 +108,13 @@ def _bulk_retry(options: Any, max_per_second: float | None) -> dict[str, Any]:
     }
 
 
-def _retry_all(outcome: dict[str, Any], max_per_second: float | None) -> None:
+def _retry_all(outcome: dict[str, Any], max_per_second: float | None, busy_fraction: float) -> None:
     try:
         outcome["progress"] = awa_django.Client().retry_failed(
-            queue=FAILED_QUEUE, chunk_size=CHUNK, max_per_second=max_per_second
+            queue=FAILED_QUEUE,
+            chunk_size=CHUNK,
+            max_per_second=max_per_second,
+            busy_fraction=busy_fraction,
         )
     finally:
         connection.close()  # this thread's own connection

@@ -27,7 +27,7 @@ from .benchapp.jobs import (
     PickupAsync,
     PickupSync,
 )
-from .bulk import bulk_retry, bulk_retry_paced
+from .bulk import bulk_control, bulk_retry, bulk_retry_paced, bulk_retry_unpaced
 from .floor import run_enqueue_floor, run_floor
 from .stats import latency_ms
 from .worker import WorkerProcess
@@ -342,6 +342,8 @@ SCENARIOS: dict[str, Scenario] = {
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
     "bulk_retry": bulk_retry,
+    "bulk_retry_unpaced": bulk_retry_unpaced,
+    "bulk_control": bulk_control,
     "bulk_retry_paced": bulk_retry_paced,
 }
 GROUPS = {
@@ -359,7 +361,7 @@ GROUPS = {
     # atomic=True beside the plain sync handlers it must stay within half of (decision 015).
     "atomic": ["drain_sync", "drain_atomic", "drain_sync_write", "drain_atomic_write"],
     "fail": ["fail_in_place", "fail_dead_letter"],
-    "bulk": ["bulk_retry", "bulk_retry_paced"],
+    "bulk": ["bulk_retry", "bulk_control", "bulk_retry_unpaced", "bulk_retry_paced"],
     "observability": [
         "drain_async",
         "drain_metrics",

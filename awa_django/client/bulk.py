@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 DEFAULT_CHUNK = 2000
 MAX_CHUNK = 10_000
 MAX_CREATED_BY_CHARS = 200
+# The share of wall time an operation keeps its database busy unless told otherwise: after
+# a chunk that took t seconds it pauses 3t. An operator's clean-up should leave most of the
+# database to the workers (decision 018: unpaced, a 1,000,000-job retry held a 2-core
+# machine's drain to 66-82 % of its rate; docs/performance.md).
+DEFAULT_BUSY_FRACTION = 0.25
 ProgressCallback = Callable[[BulkProgress], None]
 
 
@@ -79,27 +84,40 @@ def check_rate(max_per_second: float | None) -> float | None:
     return float(max_per_second)
 
 
+def check_busy_fraction(busy_fraction: float) -> float:
+    valid = isinstance(busy_fraction, int | float) and not isinstance(busy_fraction, bool)
+    if not (valid and 0 < busy_fraction <= 1):
+        raise InvalidJobFilter(f"busy_fraction must be > 0 and <= 1, got {busy_fraction!r:.30}")
+    return float(busy_fraction)
+
+
 def run(
     using: str,
     operation_id: int,
     on_progress: ProgressCallback | None,
     max_per_second: float | None = None,
+    busy_fraction: float = DEFAULT_BUSY_FRACTION,
 ) -> BulkProgress:
     """Chunks until the operation is complete; `on_progress` hears after each commit.
-    With `max_per_second`, waits between chunks so that no more jobs than that are looked
-    at per second: the database's CPU and I/O are shared with the workers (decision 018)."""
+    Between chunks it pauses so that chunks take at most `busy_fraction` of the wall time
+    and, with `max_per_second`, no more jobs than that are looked at per second: the
+    database's CPU and I/O are shared with the workers (decision 018)."""
     pace = check_rate(max_per_second)
+    share = check_busy_fraction(busy_fraction)
     looked_at = get(using, operation_id).matched if pace else 0
     while True:
         began = time.monotonic()
         progress = run_chunk(using, operation_id)
+        took = time.monotonic() - began
         if on_progress is not None:
             on_progress(progress)
         if progress.finished:
             return progress
+        pause = took * (1 - share) / share
         if pace is not None:
-            due = (progress.matched - looked_at) / pace - (time.monotonic() - began)
-            time.sleep(max(0.0, due))
+            pause = max(pause, (progress.matched - looked_at) / pace - took)
+        if pause > 0:
+            time.sleep(pause)
         looked_at = progress.matched
 
 

@@ -3,9 +3,11 @@
 
 Each verb runs in chunks of `chunk_size` jobs, one transaction each, and records the
 operation, so `resume_bulk(id)` finishes one that stopped; `on_progress` is called with a
-`BulkProgress` after every chunk; `max_per_second` paces it to leave the database to the
-workers. Inside the caller's transaction the chunks are savepoints
-of it (one transaction after all): call these outside `atomic()` for large sets.
+`BulkProgress` after every chunk. Between chunks it pauses to leave the database to the
+workers: chunks take at most `busy_fraction` of the wall time (default 0.25), and
+`max_per_second` caps the jobs looked at per second. Inside the caller's transaction the
+chunks are savepoints of it (one transaction after all): call these outside `atomic()` for
+large sets.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class RunOptions(TypedDict, total=False):
     on_progress: ProgressCallback | None  # called after each committed chunk
     created_by: str  # who asked, recorded on the operation
     max_per_second: float | None  # pace: at most this many jobs looked at per second
+    busy_fraction: float  # share of wall time spent in chunks, 0 < f <= 1 (default 0.25)
 
 
 class BulkVerbs:
@@ -85,10 +88,11 @@ class BulkVerbs:
         *,
         on_progress: ProgressCallback | None = None,
         max_per_second: float | None = None,
+        busy_fraction: float = bulk.DEFAULT_BUSY_FRACTION,
     ) -> BulkProgress:
         """Carry on a stopped operation after its last committed chunk (a finished one is
         returned as it is); BulkOperationNotFound if there is none."""
-        return bulk.run(self.using, operation_id, on_progress, max_per_second)
+        return bulk.run(self.using, operation_id, on_progress, max_per_second, busy_fraction)
 
     def bulk_operation(self, operation_id: int) -> BulkProgress:
         """One operation as recorded; BulkOperationNotFound if there is none."""
@@ -108,6 +112,9 @@ class BulkVerbs:
         target_queue: str | None = None,
     ) -> BulkProgress:
         bulk.check_rate(run.get("max_per_second"))
+        busy_fraction = bulk.check_busy_fraction(
+            run.get("busy_fraction", bulk.DEFAULT_BUSY_FRACTION)
+        )
         operation_id = bulk.start(
             self.using,
             action,
@@ -117,7 +124,13 @@ class BulkVerbs:
             priority=priority,
             target_queue=target_queue,
         )
-        return bulk.run(self.using, operation_id, run.get("on_progress"), run.get("max_per_second"))
+        return bulk.run(
+            self.using,
+            operation_id,
+            run.get("on_progress"),
+            run.get("max_per_second"),
+            busy_fraction,
+        )
 
     abulk_cancel = async_twin(bulk_cancel)
     abulk_retry = async_twin(bulk_retry)

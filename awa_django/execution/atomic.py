@@ -77,11 +77,11 @@ def run(
     handler: Callable[[JobContext[Any]], Any],
     using: str,
     max_result_bytes: int,
-) -> Committed | Transition:
+) -> Committed | Transition | None:
     """Run `handler` and write its outcome in one transaction on `using`. Committed: the
     outcome is written (events to dispatch), or was stale. A Transition: nothing of the
     attempt committed; the scheduler writes it on its own (a failure, or the outcome of a
-    handler that wrote nothing)."""
+    handler that wrote nothing; None: a plain completion)."""
     started, in_handler = time.monotonic(), True
     try:
         with transaction.atomic(using=using):

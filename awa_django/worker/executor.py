@@ -127,7 +127,7 @@ class Executor:
 
     def _run_atomic(
         self, handler: Callable[[JobContext[Any]], Any], job: JobContext[Any]
-    ) -> Transition | atomic.Committed:
+    ) -> Transition | atomic.Committed | None:
         close_old_connections()
         try:
             return atomic.run(job, handler, self.db.alias, self.max_result_bytes)

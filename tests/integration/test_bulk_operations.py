@@ -9,7 +9,9 @@ Transactional tests: each chunk commits on its own, and Cancelled fires after it
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import time
+import types
 from typing import Any
 
 import psycopg
@@ -18,6 +20,7 @@ from django.utils import timezone
 
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import Client
+from awa_django.client import bulk as bulk_module
 from awa_django.events import Cancelled
 from awa_django.exceptions import BulkOperationNotFound, InvalidJobFilter, InvalidQueueName
 from awa_django.storage.models import ActiveLease, BulkOperation, Job
@@ -208,6 +211,22 @@ def test_max_per_second_waits_between_chunks_for_what_each_looked_at(
     assert len(waits) == 2 and all(1.0 < w <= 2.0 for w in waits), waits
 
 
+def test_chunks_take_at_most_the_busy_fraction_of_the_wall_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    JobFactory.create_batch(5, state="failed")
+    clock, waits = itertools.count(step=0.1), []  # each reading 0.1 s after the last
+    fake = types.SimpleNamespace(monotonic=lambda: next(clock), sleep=waits.append)
+    monkeypatch.setattr(bulk_module, "time", fake)
+    assert Client().retry_failed(queue=Q, chunk_size=2).done == 5
+    # A chunk "takes" 0.1 s; at the default 0.25 busy, 0.3 s of pause follows it.
+    assert waits == [pytest.approx(0.3), pytest.approx(0.3)]
+    waits.clear()
+    JobFactory.create_batch(3, state="failed")
+    assert Client().retry_failed(queue=Q, chunk_size=2, busy_fraction=1.0).done == 3
+    assert waits == []  # 1.0: no pause at all
+
+
 def test_resume_of_an_unknown_operation_is_a_clear_error() -> None:
     with pytest.raises(BulkOperationNotFound):
         Client().resume_bulk(10**12)
@@ -263,6 +282,9 @@ def test_skip_keyed_leaves_every_keyed_row_of_the_chunk() -> None:
         (lambda: Client().bulk_move_queue(JobFilter(), "bad name"), InvalidQueueName),
         (lambda: Client().bulk_cancel(JobFilter(), chunk_size=0), InvalidJobFilter),
         (lambda: Client().drain_queue(Q, max_per_second=0), InvalidJobFilter),
+        (lambda: Client().retry_failed(queue=Q, busy_fraction=0), InvalidJobFilter),
+        (lambda: Client().retry_failed(queue=Q, busy_fraction=1.5), InvalidJobFilter),
+        (lambda: Client().retry_failed(queue=Q, busy_fraction=True), InvalidJobFilter),
     ],
 )
 def test_bad_input_is_a_typed_error_before_anything_changes(make: Any, error: type) -> None:

@@ -5,6 +5,7 @@ with a progress bar on stderr, a dry run, a confirmation and `--resume ID`
     manage.py awa_jobs retry-failed --queue email --dry-run
     manage.py awa_jobs cancel --kind import_row --state available --state scheduled --yes
     manage.py awa_jobs --max-per-second 2000 retry-failed --kind import_row --yes
+    manage.py awa_jobs --busy-fraction 1 discard-failed --queue email --yes   # no pauses
     manage.py awa_jobs --resume 42
 """
 
@@ -21,6 +22,7 @@ from django.utils import timezone
 
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import Client
+from awa_django.client.bulk import DEFAULT_BUSY_FRACTION
 from awa_django.exceptions import AwaError
 
 # verb → (action, which filter options it takes: "all" or "kind-queue")
@@ -55,6 +57,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--max-per-second", type=float, metavar="N", help="pace: at most N jobs a second"
         )
+        parser.add_argument(
+            "--busy-fraction",
+            type=float,
+            metavar="F",
+            default=DEFAULT_BUSY_FRACTION,
+            help="share of the time spent in chunks, 0 < F <= 1 (default %(default)s; 1: no"
+            " pause between chunks)",
+        )
         verbs = parser.add_subparsers(dest="verb", required=False)
         for verb, (_, scope) in VERBS.items():
             sub = verbs.add_parser(verb, help=f"{verb} the matching jobs")
@@ -88,6 +98,7 @@ class Command(BaseCommand):
                     options["resume"],
                     on_progress=self._bar(),
                     max_per_second=options["max_per_second"],
+                    busy_fraction=options["busy_fraction"],
                 )
                 self._finish(progress)
             elif options["verb"]:
@@ -111,6 +122,7 @@ class Command(BaseCommand):
             "chunk_size": options["chunk_size"],
             "on_progress": self._bar(),
             "max_per_second": options["max_per_second"],
+            "busy_fraction": options["busy_fraction"],
         }
         self._finish(start(client, options, where, created_by="awa_jobs", **run))
 
