@@ -215,7 +215,7 @@ def test_chunks_take_at_most_the_busy_fraction_of_the_wall_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     JobFactory.create_batch(5, state="failed")
-    clock, waits = itertools.count(step=0.1), []  # each reading 0.1 s after the last
+    clock, waits = itertools.count(step=0.1), list[float]()  # each reading 0.1 s later
     fake = types.SimpleNamespace(monotonic=lambda: next(clock), sleep=waits.append)
     monkeypatch.setattr(bulk_module, "time", fake)
     assert Client().retry_failed(queue=Q, chunk_size=2).done == 5
