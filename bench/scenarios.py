@@ -29,6 +29,7 @@ from .benchapp.jobs import (
 )
 from .bulk import bulk_control, bulk_retry, bulk_retry_paced, bulk_retry_unpaced
 from .floor import run_enqueue_floor, run_floor
+from .herd import herd
 from .stats import latency_ms
 from .worker import WorkerProcess
 
@@ -341,6 +342,7 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_rate_limited": drain_rate_limited,
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
+    "herd": herd,
     "bulk_retry": bulk_retry,
     "bulk_retry_unpaced": bulk_retry_unpaced,
     "bulk_control": bulk_control,
