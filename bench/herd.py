@@ -2,16 +2,20 @@
 `--processes`) wait idle on the bench queue; 1,000 probes (`--pickup-jobs`) are enqueued
 one per millisecond (`--pickup-interval-ms`), each in its own autocommit transaction.
 
-Claim statements are the dispatch index's scans (`pg_stat_user_indexes`, which backends
-flush within about a second of going idle). The workers also poll while idle, so the
-scans of an idle window of the same length measured just before are subtracted: what is
-left is what the workload's wake-ups cost. Pickup latency is enqueue commit → handler
-start, as in `pickup_async`.
+Claim statements are counted by the workers themselves: each child serves its metrics on
+METRICS_PORT + its index, and `awa_dispatch_claim_batch_size_count` is the number of claim
+statements it ran (the dispatch index's scan count misses claims the planner serves from
+another index when the queue is empty). The workers also poll while idle, so the claims of
+an idle window of the same length measured just before are subtracted: what is left is
+what the workload's wake-ups cost. Pickup latency is enqueue commit → handler start, as in
+`pickup_async`.
 """
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 from typing import Any
 
 from . import database as db
@@ -21,18 +25,23 @@ from .worker import WorkerProcess
 
 HERD_PROCESSES = 16
 CONCURRENCY = 10  # per process
-STATS_SETTLE = 2.0  # seconds for every backend to flush its index statistics
+METRICS_PORT = 19464  # child i serves http://127.0.0.1:(METRICS_PORT + i)/metrics
+SETTLE = 0.5  # seconds after the workload: the last completions' claims are counted
 IDLE_WINDOW = 3.0  # seconds of idle polling measured before the workload
+CLAIMS = re.compile(r'^awa_dispatch_claim_batch_size_count\{queue="bench"\} (\S+)$', re.M)
 
 
 def herd(options: Any) -> dict[str, Any]:
     from .scenarios import POLL_INTERVAL, _all_completed, _enqueue_paced, _warm_up
 
     db.reset()
-    with WorkerProcess(processes=HERD_PROCESSES, concurrency=CONCURRENCY) as worker:
+    extra_args = ["--metrics-port", str(METRICS_PORT)]
+    with WorkerProcess(
+        processes=HERD_PROCESSES, concurrency=CONCURRENCY, extra_args=extra_args
+    ) as worker:
         _warm_up(worker, PickupAsync)
-        time.sleep(STATS_SETTLE)
-        idle_scans, idle_seconds = _scans_over(lambda: time.sleep(IDLE_WINDOW))
+        db.wait_until(_all_serving, 120.0, 0.2, "every worker's metrics endpoint")
+        idle_scans, idle_seconds = _claims_over(lambda: time.sleep(IDLE_WINDOW))
         count, interval = options.pickup_jobs, options.pickup_interval
         committed: dict[int, float] = {}
 
@@ -43,7 +52,7 @@ def herd(options: Any) -> dict[str, Any]:
                 lambda: _all_completed(worker, ids), 120.0, POLL_INTERVAL, f"{count} probes"
             )
 
-        scans, seconds = _scans_over(workload)
+        scans, seconds = _claims_over(workload)
     started = db.handler_start_times(list(committed))
     if len(started) != count:
         raise RuntimeError(f"{count - len(started)} probes have no handler start time (result)")
@@ -65,12 +74,28 @@ def herd(options: Any) -> dict[str, Any]:
     }
 
 
-def _scans_over(action: Any) -> tuple[int, float]:
-    """Dispatch-index scans during `action()` (plus the settle time after it), and the
+def _claims_over(action: Any) -> tuple[int, float]:
+    """Claim statements of all workers during `action()` (plus SETTLE after it), and the
     seconds that covered."""
-    before, _ = db.dispatch_index_reads()
+    before = _claims()
     began = time.monotonic()
     action()
-    time.sleep(STATS_SETTLE)
-    after, _ = db.dispatch_index_reads()
-    return after - before, time.monotonic() - began
+    time.sleep(SETTLE)
+    return _claims() - before, time.monotonic() - began
+
+
+def _all_serving() -> bool:
+    try:
+        _claims()
+    except OSError:
+        return False
+    return True
+
+
+def _claims() -> int:
+    total = 0.0
+    for child in range(HERD_PROCESSES):
+        url = f"http://127.0.0.1:{METRICS_PORT + child}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            total += sum(float(v) for v in CLAIMS.findall(response.read().decode()))
+    return round(total)
