@@ -34,7 +34,7 @@ MAX_CHUNK = 10_000
 MAX_CREATED_BY_CHARS = 200
 # The share of wall time an operation keeps its database busy unless told otherwise: after
 # a chunk that took t seconds it pauses 3t. An operator's clean-up should leave most of the
-# database to the workers (decision 018: unpaced, a 1,000,000-job retry held a 2-core
+# database to the workers (decision 024: unpaced, a 1,000,000-job retry held a 2-core
 # machine's drain to 66-82 % of its rate; docs/performance.md).
 DEFAULT_BUSY_FRACTION = 0.25
 ProgressCallback = Callable[[BulkProgress], None]
