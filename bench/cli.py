@@ -66,12 +66,20 @@ def machine_facts() -> dict[str, Any]:
         server_version = cursor.fetchone()[0]
         cursor.execute("SELECT current_database()")
         database = cursor.fetchone()[0]
+        # Figures that move the results by integer factors on long runs: without
+        # autovacuum nothing reclaims dead tuples and a steady drain slows as they pile up.
+        cursor.execute(
+            "SELECT name, setting FROM pg_settings"
+            " WHERE name IN ('autovacuum', 'fsync', 'synchronous_commit', 'shared_buffers')"
+        )
+        server_settings = dict(cursor.fetchall())
     load = os.getloadavg()
     return {
         "meta": "machine",
         "cpus": os.cpu_count(),
         "loadavg_1m_at_start": round(load[0], 2),
         "postgresql": server_version,
+        "settings": server_settings,
         "database": database,
         "python": platform.python_version(),
     }
