@@ -1,7 +1,9 @@
 """Settings for the benchmark: the test project plus the bench app, on its own database.
 
-The database defaults to `awa_bench`, which `bench/run.py` drops and recreates; override it
-with `AWA_BENCH_DATABASE_URL` (the name must contain "bench": the script drops it).
+The database defaults to `awa_bench` on the server of `DATABASE_URL` (so under
+`devtools/pgenv.py` the embedded server), which `bench/run.py` drops and recreates;
+override it with `AWA_BENCH_DATABASE_URL` (the name must contain "bench": the script drops
+it).
 """
 
 from __future__ import annotations
@@ -9,9 +11,8 @@ from __future__ import annotations
 from testproject.settings import *  # noqa: F403
 from testproject.settings import AWA, INSTALLED_APPS, LOGGING, env
 
-BENCH_DATABASE_URL = env(
-    "AWA_BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/awa_bench"
-)
+_SERVER_URL = env("DATABASE_URL").rsplit("/", 1)[0]
+BENCH_DATABASE_URL = env("AWA_BENCH_DATABASE_URL", default=f"{_SERVER_URL}/awa_bench")
 # Persistent connections, as a worker deployment should have them: an atomic handler
 # (drain_atomic) runs on its thread's Django connection, which CONN_MAX_AGE=0 would close
 # after every job (plain handlers that do not query are unaffected).
