@@ -9,14 +9,6 @@ from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 
-# The bucket's tokens now: refilled from the database clock since `refilled_at`, capped at
-# the burst. clock_timestamp(), not now(): the expression is evaluated after the row lock is
-# granted, so a taker that waited behind another sees the time it really takes the tokens;
-# greatest() keeps a clock step backwards (or a taker older than the last) from minting any.
-_AVAILABLE = """least(%(burst)s::float8, b.tokens + %(rate)s::float8 *
-    greatest(0, extract(epoch FROM clock_timestamp() - b.refilled_at)::float8))"""
-_GRANTED = f"least(%(wanted)s::int4, floor({_AVAILABLE})::int4)"
-
 # Params: queue, wanted (tokens the dispatcher has slots for), rate (per second > 0), burst
 # (>= 1). Returns (granted, tokens left). Index: awa_rate_buckets primary key; one row per
 # queue, created full on first use. Takers from every worker process serialize on that row
@@ -24,16 +16,29 @@ _GRANTED = f"least(%(wanted)s::int4, floor({_AVAILABLE})::int4)"
 # rate x t + burst across all of them. `granted` is stored only so RETURNING can report it
 # (RETURNING sees the new row, and PostgreSQL < 18 has no OLD). Rate and burst come from
 # the taker, so a runtime override applies from the next take without touching the row.
+# The update is one sub-select so that the clock is read exactly once, after the row lock
+# is granted (clock_timestamp(), not now(): a taker that waited behind another sees the
+# time it really takes the tokens): the tokens subtracted, the tokens granted and the new
+# refill time all come from that one reading. greatest() keeps a clock step backwards (or
+# a taker older than the last) from minting any.
 RATE_BUCKET_TAKE = Statement(
     "rate_bucket_take",
-    f"""
+    """
 INSERT INTO awa_rate_buckets AS b (queue, tokens, granted, refilled_at)
 VALUES (%(queue)s, %(burst)s::float8 - least(%(wanted)s::int4, %(burst)s::int4),
         least(%(wanted)s::int4, %(burst)s::int4), clock_timestamp())
 ON CONFLICT (queue) DO UPDATE
-SET tokens = {_AVAILABLE} - {_GRANTED},
-    granted = {_GRANTED},
-    refilled_at = greatest(b.refilled_at, clock_timestamp())
+SET (tokens, granted, refilled_at) = (
+    SELECT n.available - n.took, n.took, greatest(b.refilled_at, n.at)
+    FROM (
+        SELECT a.at, a.available, least(%(wanted)s::int4, floor(a.available)::int4) AS took
+        FROM (
+            SELECT c.at, least(%(burst)s::float8, b.tokens + %(rate)s::float8 *
+                greatest(0, extract(epoch FROM c.at - b.refilled_at)::float8)) AS available
+            FROM (SELECT clock_timestamp() AS at) AS c
+        ) AS a
+    ) AS n
+)
 RETURNING granted, tokens
 """,
 )
