@@ -195,11 +195,15 @@ def _drain(
         "backends_cpu_s": _rounded(backend_cpu),
         "dispatch_idx_scans": scans - scans_before,
         "dispatch_idx_entries_read": reads - reads_before,
+        "slice_jobs_per_s": db.slice_rates(SLICE) if n >= 2 * SLICE else None,
         "stop_s": None if worker.stop_seconds is None else round(worker.stop_seconds, 3),
         "profiled": profile_to is not None,
         "latency": "claim commit -> completion commit",
         **latency_ms(db.claim_to_completion_seconds()),
     }
+
+
+SLICE = 10_000  # completions per slice in `slice_jobs_per_s`
 
 
 def _rounded(value: float | None) -> float | None:

@@ -1,6 +1,8 @@
 """Claims jobs for one queue, as many as it has free slots, in one statement (DESIGN §4).
 
-It wakes on a NOTIFY for its queue, on a freed slot while the queue may hold more work,
+Each claim starts where its previous full claim ended (worker/claim_floor.py), so an old
+snapshot elsewhere in the cluster does not make it re-read what it already took. It wakes
+on a NOTIFY for its queue, on a freed slot while the queue may hold more work,
 and on the poll timer (NOTIFY is only a hint; the timer alone keeps it correct). Its slots
 are the queue's own or a share of the worker's (worker/slots.py); a rate-limited queue
 takes tokens for them first and, when it has work but no token, sleeps until the next one
@@ -20,6 +22,7 @@ from awa_django.conf import QueueConfig
 from awa_django.limits import RateLimit
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.worker.claim_floor import ClaimFloor
 from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
 from awa_django.worker.metrics import WorkerMetrics
 from awa_django.worker.rate_gate import RateGate, rate_gate
@@ -67,6 +70,8 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self._maybe_more = True
+        self.floor = ClaimFloor()
+        self._floor_fell_short = False  # the last claim started at the floor and came back short
         self._blocked = False  # the last reserve got no slot (the shared pool is lent out)
         self._token_due = 0.0  # monotonic time of the next token, while rate-limited
 
@@ -97,6 +102,7 @@ class Dispatcher:
         return ", ".join(parts)
 
     def wake(self) -> None:
+        self.floor.reset()
         self._wake.set()
 
     async def run_once(self) -> int:
@@ -111,6 +117,7 @@ class Dispatcher:
         self._blocked = free <= 0
         if self._blocked:
             return 0
+        self._floor_fell_short = False
         try:
             limit = await self._take_tokens(free)
             rows = await self._claim(limit) if limit else []
@@ -118,7 +125,8 @@ class Dispatcher:
             self.slots.unreserve(free, found_all=True)
             raise
         self.slots.unreserve(free - len(rows), found_all=0 < len(rows) == limit)
-        self._maybe_more = len(rows) == free
+        # A short claim from the floor says nothing about the rows below it: look again.
+        self._maybe_more = len(rows) == free or self._floor_fell_short
         for row in rows:
             task = asyncio.create_task(self._execute(row))
             self.tasks.add(task)
@@ -137,14 +145,17 @@ class Dispatcher:
 
     async def _claim(self, limit: int) -> list[JobSnapshot]:
         began = time.monotonic()
+        start = self.floor.start()
         rows = await self.db.run(
             jobs_sql.job_claim_many(
                 queue=self.queue.name,
                 limit=limit,
                 worker_id=self.worker_id,
                 deadline_seconds=self.queue.deadline,
+                after=start,
             )
         )
+        self._floor_fell_short = self.floor.claimed(start, rows, limit)
         self.metrics.claimed(self.queue.name, len(rows), time.monotonic() - began)
         return rows
 

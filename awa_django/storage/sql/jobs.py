@@ -22,6 +22,9 @@ from awa_django.storage.sql.fragments import (
     error_entry,
 )
 
+# (priority, run_at, id): the order in which jobs of one queue are claimed.
+DispatchKey = tuple[int, dt.datetime, int]
+
 
 def _insert_one_sql(*, unique: bool) -> str:
     """job_insert_one and its unique twin differ only in the key columns and ON CONFLICT,
@@ -188,19 +191,26 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
     return [row[0] for row in rows]
 
 
-# Params: queue, limit, worker_id, deadline_seconds (0 = no deadline).
-# Index: awa_jobs_dispatch_idx (queue, priority, run_at, id) WHERE state='available'.
+# Params: queue, limit, worker_id, deadline_seconds (0 = no deadline); the `_after` form
+# also floor_priority, floor_run_at, floor_id: the dispatch key of the last row this
+# dispatcher claimed (worker/claim_floor.py, decision 025).
+# Index: awa_jobs_dispatch_idx (queue, priority, run_at, id) WHERE state='available'. The
+# floor's row comparison is a start key of that index scan (queue is an equality on the
+# leading column), so the scan begins at the floor instead of walking the entries of every
+# row claimed since the oldest open snapshot in the cluster: those stay in the index, not
+# yet dead to everyone, until that snapshot ends.
 # Traps: (1) it must be a CTE: as a FROM sub-select the planner may merge it and lose the
 # LIMIT under load; (2) the outer `state = 'available'` re-check is mandatory: a candidate
 # seen before a concurrent claim committed must not be claimed twice (Awa bug #134);
-# (3) the paused check reads awa_queue_state by primary key, once per statement.
+# (3) the paused check reads awa_queue_state by primary key, once per statement;
+# (4) the floor is a separate statement, not `%(floor)s IS NULL OR ...`: an OR cannot be
+# an index start key, and a generic plan would scan from the beginning.
 # The lease rows are inserted in the same statement, so every running job has a lease.
-JOB_CLAIM_MANY = Statement(
-    "job_claim_many",
-    f"""
+def _claim_sql(after_floor: str) -> str:
+    return f"""
 WITH candidates AS (
     SELECT id FROM awa_jobs_hot
-    WHERE state = 'available' AND queue = %(queue)s AND run_at <= now()
+    WHERE state = 'available' AND queue = %(queue)s AND run_at <= now(){after_floor}
       AND NOT EXISTS (SELECT 1 FROM awa_queue_state qs
                       WHERE qs.queue = %(queue)s AND qs.paused)
     ORDER BY priority, run_at, id
@@ -228,26 +238,50 @@ WITH candidates AS (
         deadline_at = EXCLUDED.deadline_at
 )
 SELECT * FROM claimed ORDER BY priority, run_at, id
-""",
+"""
+
+
+JOB_CLAIM_MANY = Statement("job_claim_many", _claim_sql(""))
+JOB_CLAIM_MANY_AFTER = Statement(
+    "job_claim_many",  # the same statement, started at a floor
+    _claim_sql(
+        "\n      AND (priority, run_at, id) > (%(floor_priority)s::int2,"
+        " %(floor_run_at)s::timestamptz, %(floor_id)s::int8)"
+    ),
 )
 
 
 def job_claim_many(
-    *, queue: str, limit: int, worker_id: str, deadline_seconds: float
+    *,
+    queue: str,
+    limit: int,
+    worker_id: str,
+    deadline_seconds: float,
+    after: DispatchKey | None = None,
 ) -> Query[list[JobSnapshot]]:
-    params = {
+    """Claim up to `limit` available jobs in dispatch order; with `after`, only those whose
+    dispatch key is greater (the rest of a pass through the queue)."""
+    params: dict[str, object] = {
         "queue": queue,
         "limit": limit,
         "worker_id": worker_id,
         "deadline_seconds": deadline_seconds,
     }
-    return Query(JOB_CLAIM_MANY, params, query.jobs)
+    if after is None:
+        return Query(JOB_CLAIM_MANY, params, query.jobs)
+    params["floor_priority"], params["floor_run_at"], params["floor_id"] = after
+    return Query(JOB_CLAIM_MANY_AFTER, params, query.jobs)
 
 
 # Params: ids int8[], leases int8[], results (json text[], NULL elements for no result),
 # both sorted by id so concurrent flushes lock rows in one order (no deadlocks).
 # Guard: (id, state='running', run_lease) per row; RETURNING tells applied from stale.
 # Index: primary key. The lease rows go in the same statement.
+# Trap: the state guard is written so that no index can serve it (`|| ''`). Statistics
+# taken while a backlog waited say almost nothing is `running`, and the planner would then
+# read awa_jobs_state_id_idx for 'running' and join the ids to it: that scan visits an
+# entry for every job ever claimed since the oldest open snapshot in the cluster, so under
+# a long transaction every completion slowed with the drain (decision 025).
 JOB_COMPLETE_MANY = Statement(
     "job_complete_many",
     f"""
@@ -257,7 +291,7 @@ WITH finished AS (
         result = t.result::jsonb
     FROM unnest(%(ids)s::int8[], %(leases)s::int8[], %(results)s::text[])
          AS t(id, run_lease, result)
-    WHERE j.id = t.id AND j.run_lease = t.run_lease AND j.state = 'running'
+    WHERE j.id = t.id AND j.run_lease = t.run_lease AND j.state || '' = 'running'
     RETURNING {J_JOB_COLUMNS}
 ), released AS (
     DELETE FROM awa_active_leases l USING finished f
