@@ -34,6 +34,8 @@ from awa_django.worker.maintenance.leader import LeaderElector
 from awa_django.worker.maintenance.loop import MaintenanceLoop
 from awa_django.worker.maintenance.promoter import Promoter
 from awa_django.worker.maintenance.pruner import Pruner
+from awa_django.worker.maintenance.reclaimer import INTERVAL as RECLAIM_INTERVAL
+from awa_django.worker.maintenance.reclaimer import Reclaimer
 from awa_django.worker.maintenance.rescuer import Rescuer
 from awa_django.worker.maintenance.rollup import INTERVAL as ROLLUP_INTERVAL
 from awa_django.worker.maintenance.rollup import Rollup
@@ -176,6 +178,8 @@ class Runtime:
                         s.dead_letter_retention,
                     ).run_once,
                 ),
+                # Where autovacuum is off, the queue vacuums its own tables (decision 025).
+                (RECLAIM_INTERVAL, Reclaimer(self.db).run_once),
                 # Sync before the first evaluation, so a new leader fires what it declares.
                 (s.cron_sync_interval, self.cron.sync),
                 (s.cron_interval, self.cron.run_once),

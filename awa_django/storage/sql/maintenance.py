@@ -284,3 +284,27 @@ LEADER_RELEASE = Statement(
 
 def leader_release(*, name: str, holder: str) -> Query[int]:
     return Query(LEADER_RELEASE, {"name": name, "holder": holder}, query.rowcount)
+
+
+# Params: tables text[]. Reads the statistics collector (no table is touched). Returns,
+# per queue table that autovacuum will not vacuum (autovacuum off for the server, or
+# autovacuum_enabled=false on the table), its dead and live row estimates.
+TABLES_AUTOVACUUM_SKIPS = Statement(
+    "tables_autovacuum_skips",
+    """
+SELECT s.relname::text, s.n_dead_tup, s.n_live_tup
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.relname = ANY(%(tables)s::text[]) AND s.schemaname = current_schema()
+  AND (current_setting('autovacuum') = 'off'
+       OR 'autovacuum_enabled=false' = ANY(coalesce(c.reloptions, '{}')))
+ORDER BY s.relname
+""",
+)
+
+
+def tables_autovacuum_skips(*, tables: Sequence[str]) -> Query[list[tuple[str, int, int]]]:
+    return Query(TABLES_AUTOVACUUM_SKIPS, {"tables": list(tables)}, _dead_live)
+
+
+def _dead_live(rows: query.Rows, count: int) -> list[tuple[str, int, int]]:
+    return [(str(name), int(dead), int(live)) for name, dead, live in rows]

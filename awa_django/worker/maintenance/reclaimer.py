@@ -1,0 +1,78 @@
+"""Vacuums the queue's own tables where PostgreSQL's autovacuum will not (decision 025).
+
+Every claim and every finished attempt leaves a dead row version in `awa_jobs_hot` and in
+`awa_active_leases`. Autovacuum normally reclaims them; a server with `autovacuum = off`
+(or a table with `autovacuum_enabled = false`) never does, and then the dispatch index and
+the tables grow without bound and every claim slows (docs/performance.md measured a drain
+falling to a sixth within four minutes). The leader therefore vacuums those tables itself,
+and only those: where autovacuum runs, this does nothing.
+
+A table is due when its dead rows grew past DEAD_ROWS + DEAD_FRACTION * live rows since
+the reclaimer last vacuumed it. "Since" matters: while an old snapshot somewhere holds the
+horizon, VACUUM can remove nothing, and vacuuming again and again would only burn I/O. The
+VACUUM runs in the background on a connection of its own, so promotion and rescue never
+wait behind it; a new one starts only when the last has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+from psycopg import sql
+
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.worker.database import TRANSIENT_ERRORS, Database
+
+logger = logging.getLogger("awa_django.worker")
+
+INTERVAL = 30.0
+DEAD_ROWS = 10_000
+DEAD_FRACTION = 0.1
+# Every table the worker writes on its hot path or on every tick.
+TABLES = (
+    "awa_jobs_hot",
+    "awa_active_leases",
+    "awa_queue_state",
+    "awa_rate_buckets",
+    "awa_worker_instances",
+    "awa_leader_lease",
+)
+
+
+class Reclaimer:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.left: dict[str, int] = {}  # dead rows a table still had after our last VACUUM
+        self.task: asyncio.Task[None] | None = None
+
+    async def run_once(self) -> list[str]:
+        """Start vacuuming the tables that are due; returns their names."""
+        if self.task is not None and not self.task.done():
+            return []
+        stats = await self.db.run(maintenance_sql.tables_autovacuum_skips(tables=TABLES))
+        due = [
+            name
+            for name, dead, live in stats
+            if dead - self.left.get(name, 0) > DEAD_ROWS + DEAD_FRACTION * live
+        ]
+        if due:
+            self.task = asyncio.create_task(self._vacuum(due))
+        return due
+
+    async def _vacuum(self, tables: list[str]) -> None:
+        try:
+            async with await psycopg.AsyncConnection.connect(**self.db.kwargs) as conn:
+                for table in tables:
+                    statement = sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table))
+                    await conn.execute(statement)
+                stats = await maintenance_sql.tables_autovacuum_skips(tables=tables).arun(conn)
+        except TRANSIENT_ERRORS as exc:
+            logger.warning("vacuuming %s failed: %s", ", ".join(tables), exc)
+            return
+        except psycopg.Error as exc:  # no privilege, say: autovacuum's job is left undone
+            logger.warning("cannot vacuum %s: %s", ", ".join(tables), exc)
+            return
+        self.left.update((name, dead) for name, dead, _ in stats)
+        logger.info("vacuumed %s (autovacuum is off for them)", ", ".join(tables))

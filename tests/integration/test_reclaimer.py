@@ -1,0 +1,107 @@
+"""The leader vacuums the queue's tables where autovacuum will not (decision 025), on real
+PostgreSQL. The test turns autovacuum off for `awa_jobs_hot` alone (a table reloption), so
+it means the same on a server with autovacuum on or off."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.worker.database import Database
+from awa_django.worker.maintenance import reclaimer
+from awa_django.worker.maintenance.reclaimer import Reclaimer
+from tests.runtime_db import with_db
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROWS = 15_000  # more than reclaimer.DEAD_ROWS
+
+
+def execute(statement: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+
+
+def dead_rows() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'awa_jobs_hot'")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.fixture
+def autovacuum_off_for_jobs() -> Iterator[None]:
+    execute("ALTER TABLE awa_jobs_hot SET (autovacuum_enabled = false)")
+    yield
+    execute("ALTER TABLE awa_jobs_hot RESET (autovacuum_enabled)")
+
+
+def leave_dead_rows(count: int) -> None:
+    """Insert and delete `count` jobs, and publish the counts to the statistics now."""
+    execute(
+        f"""INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt,
+               max_attempts, run_at, created_at, run_lease, errors, metadata, tags,
+               attempted_by)
+            SELECT 'reclaim_job', 'reclaim', '{{}}', 'available', 2, 0, 25, now(), now(), 0,
+                   '[]', '{{}}', '{{}}', '{{}}'
+            FROM generate_series(1, {count})"""
+    )
+    execute("DELETE FROM awa_jobs_hot WHERE kind = 'reclaim_job'")
+    execute("SELECT pg_stat_force_next_flush()")
+
+
+async def reclaim(db: Database, leader: Reclaimer) -> list[str]:
+    due = await leader.run_once()
+    if leader.task is not None:
+        await leader.task
+    return due
+
+
+@pytest.mark.usefixtures("autovacuum_off_for_jobs")
+def test_the_leader_vacuums_a_table_autovacuum_skips_once_its_dead_rows_pile_up() -> None:
+    leave_dead_rows(ROWS)
+    assert dead_rows() >= ROWS
+    leader_state: dict[str, list[str]] = {}
+
+    async def step(db: Database) -> None:
+        leader = Reclaimer(db)
+        leader_state["first"] = await reclaim(db, leader)
+        # Nothing new died since: the next pass leaves the table alone.
+        leader_state["again"] = await reclaim(db, leader)
+
+    with_db(step)
+    assert "awa_jobs_hot" in leader_state["first"]
+    assert "awa_jobs_hot" not in leader_state["again"]
+    assert dead_rows() < ROWS // 10
+
+
+@pytest.mark.usefixtures("autovacuum_off_for_jobs")
+def test_a_few_dead_rows_are_not_worth_a_vacuum() -> None:
+    leave_dead_rows(reclaimer.DEAD_ROWS // 10)
+
+    async def step(db: Database) -> list[str]:
+        return await reclaim(db, Reclaimer(db))
+
+    assert "awa_jobs_hot" not in with_db(step)
+
+
+def test_a_table_is_the_reclaimers_only_where_autovacuum_skips_it() -> None:
+    """On a server with autovacuum on, only a table that opts out is the reclaimer's; with
+    it off (as on the CI machine), every queue table is."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        server_skips = cursor.fetchone()[0] == "off"
+
+    def skipped() -> set[str]:
+        query = maintenance_sql.tables_autovacuum_skips(tables=reclaimer.TABLES)
+        return {name for name, _, _ in query.run("default")}
+
+    assert skipped() == (set(reclaimer.TABLES) if server_skips else set())
+    execute("ALTER TABLE awa_jobs_hot SET (autovacuum_enabled = false)")
+    try:
+        assert "awa_jobs_hot" in skipped()
+    finally:
+        execute("ALTER TABLE awa_jobs_hot RESET (autovacuum_enabled)")
