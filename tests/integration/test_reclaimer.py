@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -79,6 +80,32 @@ def test_the_leader_vacuums_a_table_autovacuum_skips_once_its_dead_rows_pile_up(
 
 
 @pytest.mark.usefixtures("autovacuum_off_for_jobs")
+def test_rows_a_held_snapshot_kept_are_vacuumed_once_it_ends_not_before() -> None:
+    passes: list[list[str]] = []
+    with psycopg.connect(**connection.get_connection_params()) as held:
+        held.execute("SELECT txid_current()")  # holds the horizon until it rolls back
+        leave_dead_rows(ROWS)
+
+        async def pinned(db: Database) -> Reclaimer:
+            leader = Reclaimer(db)
+            passes.append(await reclaim(db, leader))  # removes nothing: the snapshot sees them
+            passes.append(await reclaim(db, leader))  # so it does not try again
+            return leader
+
+        leader = with_db(pinned)
+        assert dead_rows() >= ROWS
+        held.rollback()
+
+    async def released(db: Database) -> None:
+        leader.db = db
+        passes.append(await reclaim(db, leader))
+
+    with_db(released)
+    assert ["awa_jobs_hot" in names for names in passes] == [True, False, True]
+    assert dead_rows() < ROWS // 10
+
+
+@pytest.mark.usefixtures("autovacuum_off_for_jobs")
 def test_a_few_dead_rows_are_not_worth_a_vacuum() -> None:
     leave_dead_rows(reclaimer.DEAD_ROWS // 10)
 
@@ -97,7 +124,7 @@ def test_a_table_is_the_reclaimers_only_where_autovacuum_skips_it() -> None:
 
     def skipped() -> set[str]:
         query = maintenance_sql.tables_autovacuum_skips(tables=reclaimer.TABLES)
-        return {name for name, _, _ in query.run("default")}
+        return {row.table for row in query.run("default")}
 
     assert skipped() == (set(reclaimer.TABLES) if server_skips else set())
     execute("ALTER TABLE awa_jobs_hot SET (autovacuum_enabled = false)")

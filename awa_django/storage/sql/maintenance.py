@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from awa_django.channels import channel_sql
 from awa_django.snapshot import JobSnapshot
@@ -288,11 +289,13 @@ def leader_release(*, name: str, holder: str) -> Query[int]:
 
 # Params: tables text[]. Reads the statistics collector (no table is touched). Returns,
 # per queue table that autovacuum will not vacuum (autovacuum off for the server, or
-# autovacuum_enabled=false on the table), its dead and live row estimates.
+# autovacuum_enabled=false on the table), its dead and live row estimates, and the oldest
+# transaction still running in the cluster (what VACUUM could not look past just now).
 TABLES_AUTOVACUUM_SKIPS = Statement(
     "tables_autovacuum_skips",
     """
-SELECT s.relname::text, s.n_dead_tup, s.n_live_tup
+SELECT s.relname::text, s.n_dead_tup, s.n_live_tup,
+       pg_snapshot_xmin(pg_current_snapshot())::text::int8
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.relname = ANY(%(tables)s::text[]) AND s.schemaname = current_schema()
   AND (current_setting('autovacuum') = 'off'
@@ -302,9 +305,17 @@ ORDER BY s.relname
 )
 
 
-def tables_autovacuum_skips(*, tables: Sequence[str]) -> Query[list[tuple[str, int, int]]]:
-    return Query(TABLES_AUTOVACUUM_SKIPS, {"tables": list(tables)}, _dead_live)
+@dataclass(frozen=True, slots=True)
+class TableDeadRows:
+    table: str
+    dead: int
+    live: int
+    oldest_xid: int  # the cluster's oldest running transaction when this was read
 
 
-def _dead_live(rows: query.Rows, count: int) -> list[tuple[str, int, int]]:
-    return [(str(name), int(dead), int(live)) for name, dead, live in rows]
+def tables_autovacuum_skips(*, tables: Sequence[str]) -> Query[list[TableDeadRows]]:
+    return Query(TABLES_AUTOVACUUM_SKIPS, {"tables": list(tables)}, _dead_rows)
+
+
+def _dead_rows(rows: query.Rows, count: int) -> list[TableDeadRows]:
+    return [TableDeadRows(str(t), int(d), int(live), int(x)) for t, d, live, x in rows]

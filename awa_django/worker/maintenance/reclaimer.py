@@ -7,9 +7,11 @@ the tables grow without bound and every claim slows (docs/performance.md measure
 falling to a sixth within four minutes). The leader therefore vacuums those tables itself,
 and only those: where autovacuum runs, this does nothing.
 
-A table is due when its dead rows grew past DEAD_ROWS + DEAD_FRACTION * live rows since
-the reclaimer last vacuumed it. "Since" matters: while an old snapshot somewhere holds the
-horizon, VACUUM can remove nothing, and vacuuming again and again would only burn I/O. The
+A table is due when its dead rows exceed DEAD_ROWS + DEAD_FRACTION * live rows beyond what
+the reclaimer's last VACUUM of it had to leave, or when that VACUUM had to leave that many
+and the oldest running transaction has moved on since. While an old snapshot holds the
+horizon VACUUM can remove nothing, and vacuuming again and again would only burn I/O; once
+that transaction ends, its leftovers become removable and the table is due again. The
 VACUUM runs in the background on a connection of its own, so promotion and rescue never
 wait behind it; a new one starts only when the last has finished.
 """
@@ -23,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql.maintenance import TableDeadRows
 from awa_django.worker.database import TRANSIENT_ERRORS, Database
 
 logger = logging.getLogger("awa_django.worker")
@@ -44,7 +47,8 @@ TABLES = (
 class Reclaimer:
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.left: dict[str, int] = {}  # dead rows a table still had after our last VACUUM
+        # Per table: the dead rows our last VACUUM left, and the oldest running xid then.
+        self.left: dict[str, tuple[int, int]] = {}
         self.task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> list[str]:
@@ -52,16 +56,18 @@ class Reclaimer:
         if self.task is not None and not self.task.done():
             return []
         stats = await self.db.run(maintenance_sql.tables_autovacuum_skips(tables=TABLES))
-        due = [
-            name
-            for name, dead, live in stats
-            if dead - self.left.get(name, 0) > DEAD_ROWS + DEAD_FRACTION * live
-        ]
+        due = [row for row in stats if self._due(row)]
         if due:
             self.task = asyncio.create_task(self._vacuum(due))
-        return due
+        return [row.table for row in due]
 
-    async def _vacuum(self, tables: list[str]) -> None:
+    def _due(self, row: TableDeadRows) -> bool:
+        worth = DEAD_ROWS + DEAD_FRACTION * row.live
+        left, oldest_then = self.left.get(row.table, (0, 0))
+        return row.dead - left > worth or (left > worth and row.oldest_xid > oldest_then)
+
+    async def _vacuum(self, due: list[TableDeadRows]) -> None:
+        tables = [row.table for row in due]
         try:
             async with await psycopg.AsyncConnection.connect(**self.db.kwargs) as conn:
                 for table in tables:
@@ -74,5 +80,6 @@ class Reclaimer:
         except psycopg.Error as exc:  # no privilege, say: autovacuum's job is left undone
             logger.warning("cannot vacuum %s: %s", ", ".join(tables), exc)
             return
-        self.left.update((name, dead) for name, dead, _ in stats)
+        oldest = {row.table: row.oldest_xid for row in due}
+        self.left.update((row.table, (row.dead, oldest[row.table])) for row in stats)
         logger.info("vacuumed %s (autovacuum is off for them)", ", ".join(tables))
