@@ -213,14 +213,24 @@ def horizon_age() -> float:
         return round(float(cursor.fetchone()[0]), 1)
 
 
+class Pin:
+    """A transaction with an xid held open; `release()` ends it early."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def release(self) -> None:
+        self.conn.rollback()
+
+
 @contextmanager
-def pinned_horizon() -> Iterator[None]:
+def pinned_horizon() -> Iterator[Pin]:
     """Hold a transaction with an xid open, as a forgotten `idle in transaction` session or
     a long report would, so rows superseded meanwhile cannot be recognised as dead."""
     with psycopg.connect(**conninfo()) as conn:
         conn.execute("SELECT txid_current()")
         try:
-            yield
+            yield Pin(conn)
         finally:
             conn.rollback()
 

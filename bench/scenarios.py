@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,16 +129,16 @@ def drain(
             handlers = "async" if args_type is BenchAsync else "sync"
             name = f"drain-{handlers}-p{processes}-{time.strftime('%H%M%S')}.txt"
             profile_to = options.profile_dir / name
-        with db.pinned_horizon() if pin_horizon else nullcontext():
-            figures = _drain(
-                options.jobs,
-                args_type,
-                processes,
-                slow_hook,
-                profile_to,
-                observed=observed,
-                metrics=metrics,
-            )
+        figures = _drain(
+            options.jobs,
+            args_type,
+            processes,
+            slow_hook,
+            profile_to,
+            observed=observed,
+            metrics=metrics,
+            pin_horizon=pin_horizon,
+        )
         return {**figures, "pinned_horizon": pin_horizon, "observed": observed, "metrics": metrics}
 
     return scenario
@@ -154,6 +154,7 @@ def _drain(
     *,
     observed: bool = False,
     metrics: bool = False,
+    pin_horizon: bool = False,
 ) -> dict[str, Any]:
     db.reset()
     with transaction.atomic():
@@ -167,13 +168,20 @@ def _drain(
     if observed:
         env["AWA_BENCH_OTEL"] = "1"
     scans_before, reads_before = db.dispatch_index_reads()
-    with WorkerProcess(
-        processes=processes, extra_env=env, extra_args=extra_args, profile_to=profile_to
-    ) as worker:
+    reclaim: dict[str, Any] = {}
+    with ExitStack() as stack:
+        pin = stack.enter_context(db.pinned_horizon()) if pin_horizon else None
+        worker = stack.enter_context(
+            WorkerProcess(
+                processes=processes, extra_env=env, extra_args=extra_args, profile_to=profile_to
+            )
+        )
         drained_at = db.wait_until(
             lambda: _drained(worker), max(120.0, n / 50), POLL_INTERVAL, f"{n} completions"
         )
         worker_cpu, backend_cpu = procfs.worker_cpu(worker.pid), procfs.backend_cpu()
+        if pin is not None:
+            reclaim = _reclaim_after_release(pin, n)
     counts = db.state_counts()
     if counts != {"completed": n}:
         raise RuntimeError(f"after the drain the jobs are {counts}, expected {n} completed")
@@ -196,6 +204,7 @@ def _drain(
         "dispatch_idx_scans": scans - scans_before,
         "dispatch_idx_entries_read": reads - reads_before,
         "slice_jobs_per_s": db.slice_rates(SLICE) if n >= 2 * SLICE else None,
+        **reclaim,
         "stop_s": None if worker.stop_seconds is None else round(worker.stop_seconds, 3),
         "profiled": profile_to is not None,
         "latency": "claim commit -> completion commit",
@@ -204,6 +213,26 @@ def _drain(
 
 
 SLICE = 10_000  # completions per slice in `slice_jobs_per_s`
+RECLAIM_TIMEOUT = 180.0
+
+
+def _reclaim_after_release(pin: db.Pin, n: int) -> dict[str, Any]:
+    """End the held snapshot with the worker still running, and time how long until the
+    drain's dead rows are gone from awa_jobs_hot (by autovacuum, or by the worker's own
+    reclaimer where autovacuum is off) without anyone running VACUUM by hand."""
+    dead_before = db.dead_tuples()
+    pin.release()
+    released = time.time()
+    try:
+        done = db.wait_until(lambda: db.dead_tuples() < n // 10, RECLAIM_TIMEOUT, 1.0, "reclaim")
+        reclaimed_s: float | None = round(done - released, 1)
+    except TimeoutError:
+        reclaimed_s = None
+    return {
+        "dead_rows_at_release": dead_before,
+        "reclaimed_s": reclaimed_s,
+        "dead_rows_after": db.dead_tuples(),
+    }
 
 
 def _rounded(value: float | None) -> float | None:

@@ -1,4 +1,4 @@
-"""Where a dispatcher's next claim starts in its queue's dispatch order (decision 025).
+"""Where a dispatcher's next claim starts in its queue's dispatch order (decision 027).
 
 A claim takes the first available rows in (priority, run_at, id) order. Each row it takes
 leaves its dispatch-index entry behind, and PostgreSQL skips such an entry cheaply only

@@ -178,7 +178,7 @@ class Runtime:
                         s.dead_letter_retention,
                     ).run_once,
                 ),
-                # Where autovacuum is off, the queue vacuums its own tables (decision 025).
+                # Where autovacuum is off, the queue vacuums its own tables (decision 027).
                 (RECLAIM_INTERVAL, Reclaimer(self.db).run_once),
                 # Sync before the first evaluation, so a new leader fires what it declares.
                 (s.cron_sync_interval, self.cron.sync),

@@ -1,4 +1,4 @@
-"""The dispatcher's claim floor (decision 025) on real PostgreSQL: a claim starts where the
+"""The dispatcher's claim floor (decision 027) on real PostgreSQL: a claim starts where the
 previous full claim ended, rows that appear below the floor are still claimed, and under a
 snapshot held open elsewhere the floor keeps a claim from re-reading what was claimed."""
 

@@ -323,7 +323,7 @@ def test_the_pruner_deletes_dead_letters_past_their_retention():
     )
 
     async def step(db: Database) -> int:
-        return await Pruner(db, 3600, 3600, dead_letter_retention=30 * 86400).run_once()
+        return await Pruner(db, 3600, 3600, dead_letter_retention=30 * 86400).prune_all()
 
     assert with_db(step) == 1
     assert list(DeadLetter.objects.values_list("id", flat=True)) == [young.id]

@@ -1,4 +1,4 @@
-"""The leader vacuums the queue's tables where autovacuum will not (decision 025), on real
+"""The leader vacuums the queue's tables where autovacuum will not (decision 027), on real
 PostgreSQL. The test turns autovacuum off for `awa_jobs_hot` alone (a table reloption), so
 it means the same on a server with autovacuum on or off."""
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from awa_django.conf import QueueConfig
@@ -31,6 +32,7 @@ from awa_django.worker.database import Database
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.heartbeat import Heartbeat
 from awa_django.worker.inflight import InFlight
+from awa_django.worker.maintenance import pruner
 from awa_django.worker.maintenance.leader import LeaderElector
 from awa_django.worker.maintenance.loop import MaintenanceLoop
 from awa_django.worker.maintenance.promoter import Promoter
@@ -401,7 +403,7 @@ def test_pruner_deletes_terminal_jobs_past_their_retention() -> None:
     WorkerInstance.objects.create(worker_id="alive", hostname="h", pid=2)
 
     async def step(db: Database) -> int:
-        return await Pruner(db, completed_retention=3600, failed_retention=2 * 3600).run_once()
+        return await Pruner(db, completed_retention=3600, failed_retention=2 * 3600).prune_all()
 
     assert with_db(step) == 3
     assert set(Job.objects.values_list("id", flat=True)) == {
@@ -410,6 +412,32 @@ def test_pruner_deletes_terminal_jobs_past_their_retention() -> None:
         waiting.id,
     }
     assert list(WorkerInstance.objects.values_list("worker_id", flat=True)) == ["alive"]
+
+
+def test_pruner_works_off_a_backlog_of_any_size_in_one_pass() -> None:
+    """A queue finishing 1,000 jobs a second must be pruned that fast: one pass deletes
+    batch after batch until the backlog is gone (it used to stop after 10 batches a minute)."""
+    backlog = 12 * pruner.BATCH + 500
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt,
+                   max_attempts, run_at, created_at, finalized_at, run_lease, errors,
+                   metadata, tags, attempted_by)
+               SELECT 'core_svc', %s, '{}', 'completed', 2, 1, 25, now(), now(),
+                      now() - interval '2 hours', 1, '[]', '{}', '{}', '{}'
+               FROM generate_series(1, %s)""",
+            [Q, backlog],
+        )
+    young = JobFactory(state="completed", finalized_at=timezone.now())
+
+    async def step(db: Database) -> int:
+        leader = Pruner(db, completed_retention=3600, failed_retention=3600, busy_fraction=1.0)
+        await leader.run_once()
+        assert leader.task is not None
+        return await leader.task
+
+    assert with_db(step) == backlog
+    assert list(Job.objects.values_list("id", flat=True)) == [young.id]
 
 
 # -- leader election ----------------------------------------------------------------------

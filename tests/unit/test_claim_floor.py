@@ -1,4 +1,4 @@
-"""ClaimFloor: where a dispatcher's next claim starts (decision 025), on a fake clock."""
+"""ClaimFloor: where a dispatcher's next claim starts (decision 027), on a fake clock."""
 
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 
 # Params: queue, limit, worker_id, deadline_seconds (0 = no deadline); the `_after` form
 # also floor_priority, floor_run_at, floor_id: the dispatch key of the last row this
-# dispatcher claimed (worker/claim_floor.py, decision 025).
+# dispatcher claimed (worker/claim_floor.py, decision 027).
 # Index: awa_jobs_dispatch_idx (queue, priority, run_at, id) WHERE state='available'. The
 # floor's row comparison is a start key of that index scan (queue is an equality on the
 # leading column), so the scan begins at the floor instead of walking the entries of every
@@ -281,7 +281,7 @@ def job_claim_many(
 # taken while a backlog waited say almost nothing is `running`, and the planner would then
 # read awa_jobs_state_id_idx for 'running' and join the ids to it: that scan visits an
 # entry for every job ever claimed since the oldest open snapshot in the cluster, so under
-# a long transaction every completion slowed with the drain (decision 025).
+# a long transaction every completion slowed with the drain (decision 027).
 JOB_COMPLETE_MANY = Statement(
     "job_complete_many",
     f"""

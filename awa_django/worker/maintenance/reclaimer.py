@@ -1,4 +1,4 @@
-"""Vacuums the queue's own tables where PostgreSQL's autovacuum will not (decision 025).
+"""Vacuums the queue's own tables where PostgreSQL's autovacuum will not (decision 027).
 
 Every claim and every finished attempt leaves a dead row version in `awa_jobs_hot` and in
 `awa_active_leases`. Autovacuum normally reclaims them; a server with `autovacuum = off`
