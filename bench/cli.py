@@ -28,6 +28,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--bulk-rate", type=float, default=2_000.0, help="bulk_retry_paced's max_per_second"
     )
+    parser.add_argument(
+        "--deep-rows", type=int, default=1_000_000, help="drain_deep/drain_pruning ballast"
+    )
+    parser.add_argument(
+        "--promote-rows", type=int, default=10_000_000, help="promote_deep's scheduled rows"
+    )
+    parser.add_argument(
+        "--promote-seconds", type=float, default=60.0, help="promote_deep: seconds of due jobs"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--profile-dir",
@@ -100,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         pickup_interval=args.pickup_interval_ms / 1000,
         bulk_jobs=args.bulk_jobs,
         bulk_rate=args.bulk_rate,
+        deep_rows=args.deep_rows,
+        promote_rows=args.promote_rows,
+        promote_seconds=args.promote_seconds,
         profile_dir=args.profile_dir,
     )
     summaries, failed = [], False

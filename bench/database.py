@@ -6,6 +6,7 @@ talk to the maintenance database `postgres` to drop and create the bench databas
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,6 +79,33 @@ def analyze() -> None:
         cursor.execute("ANALYZE awa_jobs_hot")
 
 
+# The queue of rows a scenario loads only to make the table deep (bench/deep.py): no worker
+# serves it, and the figures of the jobs under test leave it out.
+BALLAST = "deep-ballast"
+
+
+def log(message: str) -> None:
+    """Progress for the reader (stderr; stdout carries JSON lines only)."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def lateness_seconds() -> list[float]:
+    """Per claimed bench job: claim (attempted_at) minus its due time (metadata.due)."""
+    return [late for _, late in lateness_by_due()]
+
+
+def lateness_by_due() -> list[tuple[float, float]]:
+    """(due epoch, lateness in seconds) of each claimed bench job, in due order."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (metadata->>'due')::float8,"
+            " extract(epoch FROM attempted_at) - (metadata->>'due')::float8"
+            " FROM awa_jobs_hot WHERE queue = 'bench' AND attempted_at IS NOT NULL"
+            " ORDER BY 1"
+        )
+        return [(float(due), float(late)) for due, late in cursor.fetchall()]
+
+
 def any_pending() -> bool:
     """Cheap progress probe. The newest job is claimed about last, so while it is unfinished
     a primary-key lookup answers; only then do the index heads get read. Reading the
@@ -104,13 +132,15 @@ SELECT (SELECT id FROM awa_jobs_hot WHERE state = 'available' AND queue = 'bench
     OR (SELECT id FROM awa_jobs_hot WHERE state = 'running'
         ORDER BY state, id DESC LIMIT 1) IS NOT NULL
     OR (SELECT id FROM awa_jobs_hot WHERE state IN ('scheduled', 'retryable')
-        ORDER BY run_at LIMIT 1) IS NOT NULL
+        AND queue = 'bench' ORDER BY run_at LIMIT 1) IS NOT NULL
 """
 
 
 def state_counts() -> dict[str, int]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT state, count(*) FROM awa_jobs_hot GROUP BY state")
+        cursor.execute(
+            "SELECT state, count(*) FROM awa_jobs_hot WHERE queue <> %s GROUP BY state", [BALLAST]
+        )
         return {state: count for state, count in cursor.fetchall()}
 
 
@@ -137,7 +167,8 @@ def completion_times() -> tuple[float, float]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT extract(epoch FROM min(finalized_at)), extract(epoch FROM max(finalized_at))"
-            " FROM awa_jobs_hot WHERE state = 'completed'"
+            " FROM awa_jobs_hot WHERE state = 'completed' AND queue <> %s",
+            [BALLAST],
         )
         first, last = cursor.fetchone()
         return float(first), float(last)
@@ -149,7 +180,8 @@ def slice_rates(size: int) -> list[float]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT extract(epoch FROM finalized_at) FROM awa_jobs_hot"
-            " WHERE state = 'completed' ORDER BY finalized_at"
+            " WHERE state = 'completed' AND queue <> %s ORDER BY finalized_at",
+            [BALLAST],
         )
         times = [float(r[0]) for r in cursor.fetchall()]
     ends = [times[end - 1] for end in range(size, len(times) + 1, size)]
@@ -171,7 +203,8 @@ def claim_to_completion_seconds() -> list[float]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT extract(epoch FROM finalized_at - attempted_at) FROM awa_jobs_hot"
-            " WHERE state = 'completed'"
+            " WHERE state = 'completed' AND queue <> %s",
+            [BALLAST],
         )
         return [float(r[0]) for r in cursor.fetchall()]
 

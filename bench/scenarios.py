@@ -16,7 +16,7 @@ from django.db import transaction
 import awa_django
 
 from . import database as db
-from . import procfs
+from . import deep, procfs
 from .benchapp.jobs import (
     BenchAsync,
     BenchAtomic,
@@ -45,6 +45,9 @@ class Options:
     pickup_interval: float = 0.02
     bulk_jobs: int = 1_000_000  # bulk_retry: failed jobs retried in one operation
     bulk_rate: float = 2_000.0  # bulk_retry_paced: its max_per_second
+    deep_rows: int = 1_000_000  # drain_deep, drain_pruning: ballast rows per state
+    promote_rows: int = 10_000_000  # promote_deep: scheduled rows a year ahead
+    promote_seconds: float = 60.0  # promote_deep: how long 1,000 jobs/s fall due
     profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
 
 
@@ -122,6 +125,7 @@ def drain(
     pin_horizon: bool = False,
     observed: bool = False,
     metrics: bool = False,
+    ballast: str = "",
 ) -> Scenario:
     def scenario(options: Options) -> dict[str, Any]:
         profile_to = None
@@ -138,6 +142,7 @@ def drain(
             observed=observed,
             metrics=metrics,
             pin_horizon=pin_horizon,
+            ballast=BALLASTS[ballast](options.deep_rows) if ballast else None,
         )
         return {**figures, "pinned_horizon": pin_horizon, "observed": observed, "metrics": metrics}
 
@@ -155,8 +160,10 @@ def _drain(
     observed: bool = False,
     metrics: bool = False,
     pin_horizon: bool = False,
+    ballast: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     db.reset()
+    deep = ballast() if ballast is not None else {}
     with transaction.atomic():
         awa_django.enqueue_many([args_type(n=i) for i in range(n)])
     db.analyze()
@@ -205,6 +212,7 @@ def _drain(
         "dispatch_idx_entries_read": reads - reads_before,
         "slice_jobs_per_s": db.slice_rates(SLICE) if n >= 2 * SLICE else None,
         **reclaim,
+        **deep,
         "stop_s": None if worker.stop_seconds is None else round(worker.stop_seconds, 3),
         "profiled": profile_to is not None,
         "latency": "claim commit -> completion commit",
@@ -212,6 +220,12 @@ def _drain(
     }
 
 
+# The rows a deep-table drain loads first (bench/deep.py), by name: --deep-rows -> loader.
+BALLASTS: dict[str, Callable[[int], Callable[[], dict[str, Any]]]] = {
+    "deep": lambda rows: lambda: deep.deep_ballast(rows),
+    "prunable": lambda rows: lambda: deep.prunable_ballast(rows, prunable=True),
+    "kept": lambda rows: lambda: deep.prunable_ballast(rows, prunable=False),
+}
 SLICE = 10_000  # completions per slice in `slice_jobs_per_s`
 RECLAIM_TIMEOUT = 180.0
 
@@ -376,6 +390,11 @@ SCENARIOS: dict[str, Scenario] = {
     "pickup_async": pickup(PickupAsync),
     "pickup_sync": pickup(PickupSync),
     "herd": herd,
+    # Deep tables (issue 13, target 3; bench/deep.py).
+    "drain_deep": drain(BenchAsync, ballast="deep"),
+    "drain_pruning": drain(BenchAsync, ballast="prunable"),
+    "drain_pruning_control": drain(BenchAsync, ballast="kept"),
+    "promote_deep": deep.promote_deep,
     "bulk_retry": bulk_retry,
     "bulk_retry_unpaced": bulk_retry_unpaced,
     "bulk_control": bulk_control,
@@ -397,6 +416,7 @@ GROUPS = {
     "atomic": ["drain_sync", "drain_atomic", "drain_sync_write", "drain_atomic_write"],
     "fail": ["fail_in_place", "fail_dead_letter"],
     "bulk": ["bulk_retry", "bulk_control", "bulk_retry_unpaced", "bulk_retry_paced"],
+    "deep": ["drain_async", "drain_deep", "drain_pruning_control", "drain_pruning", "promote_deep"],
     "observability": [
         "drain_async",
         "drain_metrics",
