@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--promote-seconds", type=float, default=60.0, help="promote_deep: seconds of due jobs"
     )
+    parser.add_argument("--soak-minutes", type=int, default=30)
+    parser.add_argument("--soak-rate", type=float, default=1000.0, help="soak: jobs/s offered")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--profile-dir",
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         deep_rows=args.deep_rows,
         promote_rows=args.promote_rows,
         promote_seconds=args.promote_seconds,
+        soak_minutes=args.soak_minutes,
+        soak_rate=args.soak_rate,
         profile_dir=args.profile_dir,
     )
     summaries, failed = [], False

@@ -30,6 +30,7 @@ from .benchapp.jobs import (
 from .bulk import bulk_control, bulk_retry, bulk_retry_paced, bulk_retry_unpaced
 from .floor import run_enqueue_floor, run_floor
 from .herd import herd
+from .soak import soak
 from .stats import latency_ms
 from .worker import WorkerProcess
 
@@ -48,6 +49,8 @@ class Options:
     deep_rows: int = 1_000_000  # drain_deep, drain_pruning: ballast rows per state
     promote_rows: int = 10_000_000  # promote_deep: scheduled rows a year ahead
     promote_seconds: float = 60.0  # promote_deep: how long 1,000 jobs/s fall due
+    soak_minutes: int = 30
+    soak_rate: float = 1000.0  # jobs/s offered
     profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
 
 
@@ -395,6 +398,8 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_pruning": drain(BenchAsync, ballast="prunable"),
     "drain_pruning_control": drain(BenchAsync, ballast="kept"),
     "promote_deep": deep.promote_deep,
+    # Hours of load, in minutes (issue 13, target 4; bench/soak.py).
+    "soak": soak,
     "bulk_retry": bulk_retry,
     "bulk_retry_unpaced": bulk_retry_unpaced,
     "bulk_control": bulk_control,
@@ -424,5 +429,6 @@ GROUPS = {
         "drain_sync",
         "drain_sync_observed",
     ],
-    "all": list(SCENARIOS),
+    # The soak takes half an hour: run it on its own (--scenario soak).
+    "all": [name for name in SCENARIOS if name != "soak"],
 }

@@ -37,6 +37,12 @@ if env.str("AWA_BENCH_RATE_LIMIT", default=""):
     _rate, _burst = env.str("AWA_BENCH_RATE_LIMIT").split(",")
     AWA["QUEUES"]["bench"]["rate_limit"] = (float(_rate), int(_burst))
 
+# The soak scenario keeps finished jobs a minute, pruned every 10 s, so the table reaches
+# a steady size within its run (production keeps them 24 h: the same equilibrium, larger).
+if env.str("AWA_BENCH_RETENTION", default=""):
+    _retention = float(env.str("AWA_BENCH_RETENTION"))
+    AWA.update(COMPLETED_RETENTION=_retention, FAILED_RETENTION=_retention, PRUNE_INTERVAL=10.0)
+
 # Worker logs at WARNING so a drain of 20,000 jobs does not measure the console.
 LOGGING = {
     **LOGGING,

@@ -1,7 +1,7 @@
 """Benchmark jobs on queue `bench`: no-op handlers (async, sync and atomic sync), pickup
 probes that record when the handler started in `job.result` (stored in the `result`
-column), and a handler that fails for good at once (the failure path, dead-lettered or
-not)."""
+column), a handler that fails for good at once (the failure path, dead-lettered or not),
+and the soak's mix of successes, retries and failures."""
 
 from __future__ import annotations
 
@@ -43,6 +43,11 @@ class BenchAtomicWrite:
 
 @dataclass
 class BenchFail:
+    n: int
+
+
+@dataclass
+class BenchSoak:
     n: int
 
 
@@ -105,3 +110,14 @@ def pickup_sync(job: JobContext[PickupSync]) -> None:
 @awa_django.job(BenchFail, queue=BENCH_QUEUE)
 async def bench_fail(job: JobContext[BenchFail]) -> None:
     raise awa_django.TerminalError("bench: fails for good")
+
+
+@awa_django.job(BenchSoak, queue=BENCH_QUEUE, max_attempts=2)
+async def bench_soak(job: JobContext[BenchSoak]) -> None:
+    """The soak's mix by n % 100: 95 succeed, 4 fail their first attempt and succeed on
+    the retry, 1 fails for good."""
+    share = job.args.n % 100
+    if share == 99:
+        raise awa_django.TerminalError("bench: soak job fails for good")
+    if share >= 95 and job.attempt == 1:
+        raise RuntimeError("bench: soak job retried once")
