@@ -381,6 +381,7 @@ SCENARIOS: dict[str, Scenario] = {
     "drain_atomic_write": drain(BenchAtomicWrite),
     "drain_async_p2": drain(BenchAsync, processes=2),
     "drain_sync_p2": drain(BenchSync, processes=2),
+    "drain_async_p4": drain(BenchAsync, processes=4),
     "drain_async_pinned": drain(BenchAsync, pin_horizon=True),
     # Metrics and tracing on vs off, same handlers (docs/operations.md, decision 021).
     "drain_metrics": drain(BenchAsync, metrics=True),
@@ -414,6 +415,8 @@ GROUPS = {
         "floor_enqueue",
     ],
     "drain": ["drain_async", "drain_sync", "drain_async_p2", "drain_sync_p2"],
+    # Scaling with worker processes (issue 13): one, two and four of concurrency 10.
+    "scaling": ["drain_async", "drain_async_p2", "drain_async_p4"],
     "pinned": ["drain_async_pinned", "floor_pinned"],
     "hooks": ["drain_async", "noop_hook", "slow_hook", "slow_hook_sync"],
     "pickup": ["pickup_async", "pickup_sync"],
