@@ -97,6 +97,13 @@ def prunable_ballast(rows: int, *, prunable: bool) -> dict[str, Any]:
     return {"ballast_completed": rows, "prunable": prunable, "ballast_fill_s": round(took)}
 
 
+def ballast_left() -> int:
+    """Ballast rows still in the table (after a drain_pruning run: not yet pruned)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM awa_jobs_hot WHERE queue = %s", [db.BALLAST])
+        return int(cursor.fetchone()[0])
+
+
 def promote_deep(options: Any) -> dict[str, Any]:
     db.reset()
     took = fill(options.promote_rows, "scheduled", run_at_s=365 * 86400.0)

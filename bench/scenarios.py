@@ -166,7 +166,7 @@ def _drain(
     ballast: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     db.reset()
-    deep = ballast() if ballast is not None else {}
+    deep_figures = ballast() if ballast is not None else {}
     with transaction.atomic():
         awa_django.enqueue_many([args_type(n=i) for i in range(n)])
     db.analyze()
@@ -192,6 +192,8 @@ def _drain(
         worker_cpu, backend_cpu = procfs.worker_cpu(worker.pid), procfs.backend_cpu()
         if pin is not None:
             reclaim = _reclaim_after_release(pin, n)
+    if deep_figures:
+        deep_figures["ballast_left_after_drain"] = deep.ballast_left()
     counts = db.state_counts()
     if counts != {"completed": n}:
         raise RuntimeError(f"after the drain the jobs are {counts}, expected {n} completed")
@@ -215,7 +217,7 @@ def _drain(
         "dispatch_idx_entries_read": reads - reads_before,
         "slice_jobs_per_s": db.slice_rates(SLICE) if n >= 2 * SLICE else None,
         **reclaim,
-        **deep,
+        **deep_figures,
         "stop_s": None if worker.stop_seconds is None else round(worker.stop_seconds, 3),
         "profiled": profile_to is not None,
         "latency": "claim commit -> completion commit",
