@@ -47,14 +47,16 @@ SELECT {JOB_COLUMNS} FROM inserted WHERE {NOTIFY_ONCE}
 # Params: kind, queue, args (json text), state ('available'|'scheduled'), priority,
 # max_attempts, run_at (NULL = now()), metadata (json text), tags text[], django_task (json
 # text or NULL), channels text[]. Index: none read; inserts maintain the partial indexes.
-JOB_INSERT_ONE = Statement("job_insert_one", _insert_one_sql(unique=False))
+JOB_INSERT_ONE = Statement("job_insert_one", _insert_one_sql(unique=False), prepared=True)
 
 # job_insert_one's params plus unique_key (16 bytes) and unique_states (bit(8) text).
 # Index: awa_jobs_unique_idx, the arbiter. A live holder of the key makes it insert
 # nothing and return no row, with no error, so the caller's transaction needs no
 # savepoint; a holder not yet committed is waited for (then: nothing if it committed,
 # the insert if it rolled back). No row: the Client asks job_unique_holder who holds it.
-JOB_INSERT_ONE_UNIQUE = Statement("job_insert_one_unique", _insert_one_sql(unique=True))
+JOB_INSERT_ONE_UNIQUE = Statement(
+    "job_insert_one_unique", _insert_one_sql(unique=True), prepared=True
+)
 
 
 def job_insert_one(
@@ -152,6 +154,7 @@ WITH inserted AS (
 )
 SELECT id FROM inserted WHERE {NOTIFY_ONCE} ORDER BY id
 """,
+    prepared=True,
 )
 
 
