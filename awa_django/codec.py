@@ -62,7 +62,12 @@ def _checked(text: str, what: str, limit: int | None) -> str:
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
     _reject_lone_surrogates(text, what)
-    if _brackets(text) > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+    # A text this short cannot hold more than MAX_JSON_DEPTH opening brackets.
+    if (
+        len(text) > MAX_JSON_DEPTH
+        and _brackets(text) > MAX_JSON_DEPTH
+        and _depth(text) > MAX_JSON_DEPTH
+    ):
         raise _too_deep(what)
     if limit is not None and len(text) > limit:
         raise PayloadTooLarge(f"{what} is {len(text)} bytes of JSON; the limit is {limit}")

@@ -11,7 +11,7 @@ the rows commit. COPY knows no ON CONFLICT: unique jobs keep job_insert_many_uni
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from django.db import connections
@@ -89,17 +89,33 @@ def job_copy_many(
     their ids in input order. Every value must have been checked (rows.py): a COPY that
     fails aborts the transaction, as a failed INSERT would."""
     ids, now = job_reserve_ids(count=len(rows), channels=channels).run(using)
-    prefixes: dict[int, str] = {}
-    lines = []
-    for (template, args), job_id in zip(rows, ids, strict=True):
-        prefix = prefixes.get(id(template))
-        if prefix is None:
-            prefix = prefixes[id(template)] = _prefix(template, now)
-        # Args are JSON from the codec: ASCII, control characters escaped, so a backslash
-        # is the only character COPY's text format would read as special.
-        lines.append(f"{prefix}{job_id}\t{args.replace('\\', '\\\\')}\n")
-    _copy(using, "".join(lines))
+    _copy(using, _lines(rows, ids, now))
     return ids
+
+
+def _lines(
+    rows: Sequence[tuple[CopyTemplate, str]], ids: list[int], now: dt.datetime
+) -> Iterator[str]:
+    """The COPY text of `rows`, a few thousand lines per piece: PostgreSQL inserts the
+    first while the next are formatted."""
+    prefixes: dict[int, str] = {}
+    for start in range(0, len(rows), _LINES_PER_WRITE):
+        lines = []
+        for (template, args), job_id in zip(
+            rows[start : start + _LINES_PER_WRITE],
+            ids[start : start + _LINES_PER_WRITE],
+            strict=True,  # job_reserve_ids drew one id per row
+        ):
+            prefix = prefixes.get(id(template))
+            if prefix is None:
+                prefix = prefixes[id(template)] = _prefix(template, now)
+            # Args are JSON from the codec: ASCII, control characters escaped, so a
+            # backslash is the only character COPY's text format would read as special.
+            lines.append(f"{prefix}{job_id}\t{args.replace('\\', '\\\\')}\n")
+        yield "".join(lines)
+
+
+_LINES_PER_WRITE = 5000
 
 
 def _prefix(template: CopyTemplate, now: dt.datetime) -> str:
@@ -138,7 +154,7 @@ def _text(value: str) -> str:
     )
 
 
-def _copy(using: str, data: str) -> None:
+def _copy(using: str, pieces: Iterable[str]) -> None:
     """COPY `data` into awa_jobs_hot on Django's connection. Django's cursor wrapper has no
     COPY, so its error translation is applied here (execute wrappers and the query log do
     not see the COPY; they see job_reserve_ids just before it)."""
@@ -146,4 +162,5 @@ def _copy(using: str, data: str) -> None:
     with django_cursor(using) as cursor, wrapper.wrap_database_errors:
         raw: Any = cursor.cursor
         with raw.copy(JOB_COPY_IN.sql) as copy:
-            copy.write(data)
+            for piece in pieces:
+                copy.write(piece)
