@@ -56,7 +56,7 @@ _COPY_COLUMNS = (
 )
 # Text format: tab-separated, \N for NULL, backslash escapes (none of the columns is NULL).
 # Index: every index of awa_jobs_hot is maintained as by the INSERT (the floor's cost).
-JOB_COPY_IN = Statement("job_copy_in", f"COPY awa_jobs_hot ({_COPY_COLUMNS}) FROM STDIN")
+JOB_COPY_MANY = Statement("job_copy_many", f"COPY awa_jobs_hot ({_COPY_COLUMNS}) FROM STDIN")
 
 
 class CopyTemplate(Protocol):
@@ -161,6 +161,6 @@ def _copy(using: str, pieces: Iterable[str]) -> None:
     wrapper = connections[using]
     with django_cursor(using) as cursor, wrapper.wrap_database_errors:
         raw: Any = cursor.cursor
-        with raw.copy(JOB_COPY_IN.sql) as copy:
+        with raw.copy(JOB_COPY_MANY.sql) as copy:
             for piece in pieces:
                 copy.write(piece)
