@@ -241,3 +241,21 @@ def settings_dict() -> Iterator[dict[str, Any]]:
     finally:
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
+
+
+# -- the row enqueue returns --------------------------------------------------------------
+def test_enqueue_returns_the_row_the_database_holds() -> None:
+    """The insert returns only what the database chose (id, run_at, created_at); the rest
+    of the returned row is built from what was written, and must equal the stored one."""
+    elsewhere = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    client = awa_django.Client()
+    rows = [
+        awa_django.enqueue(CorePathJob(n=1), **HOSTILE_OPTIONS),
+        awa_django.enqueue(CorePathOther(n=2), run_at=timezone.now().astimezone(elsewhere)),
+        awa_django.enqueue({"n": 3, "big": 10**30, "f": 0.1}, kind="core_path_dict"),
+        awa_django.enqueue(CorePathOther(n=4), unique=awa_django.UniqueOpts()),
+        client.enqueue_task({"args": [1]}, kind="core_path_task", django_task={"backend": "x"}),
+    ]
+    for row in rows:
+        assert row == client.get_job(row.id)
+        assert type(row.state) is str
