@@ -7,6 +7,7 @@ import functools
 import json
 import re
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from awa_django.exceptions import InvalidJobArgs, PayloadTooLarge, SerializationError
@@ -61,7 +62,12 @@ def _checked(text: str, what: str, limit: int | None) -> str:
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise SerializationError(f"{what} contains a NUL character, which PostgreSQL rejects")
     _reject_lone_surrogates(text, what)
-    if _brackets(text) > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+    # A text this short cannot hold more than MAX_JSON_DEPTH opening brackets.
+    if (
+        len(text) > MAX_JSON_DEPTH
+        and _brackets(text) > MAX_JSON_DEPTH
+        and _depth(text) > MAX_JSON_DEPTH
+    ):
         raise _too_deep(what)
     if limit is not None and len(text) > limit:
         raise PayloadTooLarge(f"{what} is {len(text)} bytes of JSON; the limit is {limit}")
@@ -111,21 +117,78 @@ def _too_deep(what: str) -> SerializationError:
 def encode_args_json(args: Any, *, what: str, limit: int | None = None) -> str:
     """`dumps(encode_args(args))` without building the intermediate dict tree: json calls
     `_plain` for each dataclass it meets, nested ones included."""
-    if isinstance(args, dict) or (dataclasses.is_dataclass(args) and not isinstance(args, type)):
-        try:
-            text = json.dumps(args, separators=(",", ":"), allow_nan=False, default=_plain)
-        except (TypeError, ValueError) as exc:
-            raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
-        except RecursionError:
-            raise _too_deep(what) from None
-        return _checked(text, what, limit)
-    return dumps(encode_args(args), what=what, limit=limit)
+    if is_args_value(args):
+        return encode_args_value(args, what=what, limit=limit)
+    return dumps(encode_args(args), what=what, limit=limit)  # raises SerializationError
+
+
+def is_args_value(args: Any) -> bool:
+    """Whether `args` is what a job's args can be: a dict or a dataclass instance. Decided by
+    its type alone, so enqueue_many asks once per args type."""
+    return isinstance(args, dict) or (dataclasses.is_dataclass(args) and not isinstance(args, type))
+
+
+def encode_args_value(args: Any, *, what: str, limit: int | None = None) -> str:
+    """`encode_args_json` of a value `is_args_value` accepted: the per-job path of
+    enqueue_many, about 1.5 µs for a small job."""
+    try:
+        text = _encode_args(args)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} cannot be serialised to JSON: {exc}") from exc
+    except RecursionError:
+        raise _unencodable(args, what) from None
+    return _checked(text, what, limit)
+
+
+def _unencodable(args: Any, what: str) -> SerializationError:
+    """The fast encoder does not track the containers it is in, so a circular reference
+    ends as a RecursionError too: the standard encoder tells the two apart."""
+    try:
+        _ARGS_ENCODER.encode(args)
+    except ValueError as exc:  # "Circular reference detected"
+        return SerializationError(f"{what} cannot be serialised to JSON: {exc}")
+    except RecursionError:
+        pass
+    return _too_deep(what)
 
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {name: getattr(value, name) for name in _field_names(type(value))}
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+@functools.cache
+def _field_names(args_type: type) -> tuple[str, ...]:
+    """A dataclass's field names, looked up once per class (dataclasses.fields() builds a
+    tuple each call: a third of enqueue_many's Python time went there)."""
+    return tuple(f.name for f in dataclasses.fields(args_type))
+
+
+# json.dumps(args, separators=..., allow_nan=False, default=_plain), with the encoder built
+# once: dumps() builds one per call when given options, which cost as much as encoding a
+# small job. The encoder keeps no state between calls (safe to share between threads).
+_ARGS_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_plain)
+
+
+def _fast_args_encoder() -> Callable[[Any], str]:
+    """`_ARGS_ENCODER.encode` without building the C encoder on every call (JSONEncoder
+    does, which cost three times the encoding of a small job) and without the circular
+    reference bookkeeping (`_unencodable` recovers that error). Same output: JSONEncoder
+    itself encodes through this C function with these arguments."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return _ARGS_ENCODER.encode
+    try:
+        chunks = make(
+            None, _plain, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+        )
+    except TypeError:  # a future signature: the public path
+        return _ARGS_ENCODER.encode
+    return lambda value: "".join(chunks(value, 0))
+
+
+_encode_args = _fast_args_encoder()
 
 
 def encode_args(args: Any) -> dict[str, Any]:

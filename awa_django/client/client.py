@@ -103,8 +103,10 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
         on_conflict: OnConflict = "raise",
         **options: Unpack[EnqueueKwargs],
     ) -> list[int] | EnqueueManyResult:
-        """Insert many jobs sharing the given options in one statement and one round trip,
-        in the caller's transaction; return their ids in input order.
+        """Insert many jobs sharing the given options in the caller's transaction (in one
+        of their own in autocommit); return their ids in input order. Fewer than 64 jobs
+        take one INSERT, more are written with COPY after one statement that draws their
+        ids and queues the NOTIFY (decision 026); unique jobs always take the INSERT.
 
         `kind` applies to every job of the call, exactly as in `enqueue`: it is required
         when the jobs are dicts. Every job is checked before the statement runs, so one bad

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import cast
 
+from django.db import transaction
+
 from awa_django.client import unique
 from awa_django.client.rows import BulkRows, JobTemplate
 from awa_django.snapshot import JobSnapshot
+from awa_django.storage.sql import job_copy
 from awa_django.storage.sql import jobs as jobs_sql
 
 
@@ -18,11 +21,23 @@ def insert_one(using: str, row: JobTemplate, args: str, django_task: str | None)
     return jobs_sql.job_insert_one(**row.columns(args, django_task)).run(using)
 
 
+# From this many rows on, enqueue_many writes with COPY: its two statements and the
+# transaction it may need cost more round trips than the one INSERT, but each row then
+# costs about half (decision 026; docs/performance.md has the crossover measured).
+COPY_MIN_ROWS = 64
+
+
 def insert_many(using: str, rows: BulkRows, *, skip: bool) -> list[int | None]:
-    """Write planned jobs in one statement; ids in input order (None: skipped, held key)."""
+    """Write planned jobs in the caller's transaction; ids in input order (None: skipped,
+    held key)."""
     if rows.unique_keys is not None:
         return unique.insert_many(using, rows, skip=skip)
-    if not rows.kinds:
+    if not rows.rows:
         return []
-    ids = jobs_sql.job_insert_many(**rows.columns()).run(using)
+    if len(rows) >= COPY_MIN_ROWS:
+        # Reserve and COPY must commit together: outside a transaction, this is one.
+        with transaction.atomic(using=using, savepoint=False):
+            ids = job_copy.job_copy_many(using, rows.rows, rows.channels)
+    else:
+        ids = jobs_sql.job_insert_many(**rows.columns()).run(using)
     return cast(list[int | None], ids)

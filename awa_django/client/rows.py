@@ -17,7 +17,13 @@ from django.utils import timezone
 
 from awa_django import tracing
 from awa_django.channels import channel_for
-from awa_django.codec import dumps, encode_args_json
+from awa_django.codec import (
+    dumps,
+    encode_args,
+    encode_args_json,
+    encode_args_value,
+    is_args_value,
+)
 from awa_django.conf import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
@@ -166,34 +172,34 @@ class JobTemplate:
 
 @dataclass(frozen=True, slots=True)
 class BulkRows:
-    """`enqueue_many`'s rows as the parallel arrays `job_insert_many` takes."""
+    """`enqueue_many`'s planned rows: each one's template and args (JSON text), written
+    by COPY (storage/sql/job_copy.py) or as the parallel arrays of `columns()`."""
 
-    kinds: list[str]
-    queues: list[str]
-    args: list[str]
-    states: list[str]
-    priorities: list[int]
-    max_attempts: list[int]
-    run_ats: list[dt.datetime | None]
-    metadata: list[str]
-    tags: list[str]  # JSON arrays
-    channels: list[str]
+    rows: list[tuple[JobTemplate, str]]
+    channels: list[str]  # the distinct NOTIFY channels of the available rows
     # Set only when some row is unique (then job_insert_many_unique writes them).
     unique_keys: list[bytes | None] | None = None
     unique_states: list[str | None] | None = None
 
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def kind_at(self, position: int) -> str:
+        return self.rows[position][0].kind
+
     def columns(self) -> BulkColumns:
-        """The arrays as the bulk insert statements take them."""
+        """The rows as the parallel arrays the bulk insert statements take."""
+        rows = self.rows
         return BulkColumns(
-            kinds=self.kinds,
-            queues=self.queues,
-            args=self.args,
-            states=self.states,
-            priorities=self.priorities,
-            max_attempts=self.max_attempts,
-            run_ats=self.run_ats,
-            metadata=self.metadata,
-            tags=self.tags,
+            kinds=[t.kind for t, _ in rows],
+            queues=[t.queue for t, _ in rows],
+            args=[a for _, a in rows],
+            states=[t.state for t, _ in rows],
+            priorities=[t.priority for t, _ in rows],
+            max_attempts=[t.max_attempts for t, _ in rows],
+            run_ats=[t.run_at for t, _ in rows],
+            metadata=[t.metadata for t, _ in rows],
+            tags=[t.tags_json for t, _ in rows],
             channels=self.channels,
         )
 
@@ -236,16 +242,20 @@ def plan_many(jobs: Iterable[Any], options: EnqueueOptions) -> BulkRows:
     """Every job's row. Options are resolved once per args type, since they are shared by
     every job of it; per job only its args are serialised. The bulk-insert hot path."""
     limit = _limit()
-    templates: dict[type, JobTemplate] = {}
+    templates: dict[type, tuple[JobTemplate, str]] = {}
     rows: list[tuple[JobTemplate, str]] = []
     for args in _each(jobs):
-        template = templates.get(type(args))
-        if template is None:
-            template = templates[type(args)] = plan_template(args, options)
-        rows.append((template, encode_args_json(args, what=template.what, limit=limit)))
-    channels = sorted({c for t in templates.values() for c in t.channels})
-    bulk = _columns(rows, channels)
-    if any(t.unique is not None for t in templates.values()):
+        planned = templates.get(type(args))
+        if planned is None:
+            template = plan_template(args, options)
+            if not is_args_value(args):  # decided by the type: asked once per type
+                encode_args(args)  # raises the SerializationError that names it
+            planned = templates[type(args)] = (template, template.what)
+        template, what = planned
+        rows.append((template, encode_args_value(args, what=what, limit=limit)))
+    channels = sorted({c for t, _ in templates.values() for c in t.channels})
+    bulk = BulkRows(rows, channels)
+    if any(t.unique is not None for t, _ in templates.values()):
         return _with_keys(bulk, rows)
     return bulk  # not a single key to compute: the plain bulk insert's rows, at its speed
 
@@ -255,7 +265,7 @@ def plan_rows(jobs: Sequence[tuple[Any, EnqueueOptions]]) -> BulkRows:
     insert; checked exactly as `enqueue` checks one job."""
     rows = [plan_one(args, options) for args, options in jobs]
     channels = sorted({c for t, _ in rows for c in t.channels})
-    bulk = _columns(rows, channels)
+    bulk = BulkRows(rows, channels)
     if any(t.unique is not None for t, _ in rows):
         return _with_keys(bulk, rows)
     return bulk
@@ -267,21 +277,6 @@ def _with_keys(bulk: BulkRows, rows: list[tuple[JobTemplate, str]]) -> BulkRows:
         bulk,
         unique_keys=[t.unique_key(a, now) for t, a in rows],
         unique_states=[t.unique.states_mask if t.unique else None for t, _ in rows],
-    )
-
-
-def _columns(rows: list[tuple[JobTemplate, str]], channels: list[str]) -> BulkRows:
-    return BulkRows(
-        kinds=[t.kind for t, _ in rows],
-        queues=[t.queue for t, _ in rows],
-        args=[a for _, a in rows],
-        states=[t.state for t, _ in rows],
-        priorities=[t.priority for t, _ in rows],
-        max_attempts=[t.max_attempts for t, _ in rows],
-        run_ats=[t.run_at for t, _ in rows],
-        metadata=[t.metadata for t, _ in rows],
-        tags=[t.tags_json for t, _ in rows],
-        channels=channels,
     )
 
 

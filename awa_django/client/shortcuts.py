@@ -51,7 +51,7 @@ def enqueue_many(
     on_conflict: OnConflict = "raise",
     **options: Unpack[EnqueueKwargs],
 ) -> list[int] | EnqueueManyResult:
-    """Enqueue many jobs in one statement; their ids in input order. `kind` applies to
+    """Enqueue many jobs at COPY speed; their ids in input order. `kind` applies to
     every job (required for dicts). `on_conflict="skip"` skips unique jobs whose key is
     held and returns an EnqueueManyResult. See `Client.enqueue_many`."""
     return Client(using)._enqueue_many(jobs, EnqueueOptions(**options), on_conflict)

@@ -65,7 +65,7 @@ def _first_conflict(using: str, rows: BulkRows, ids: list[int | None]) -> Unique
     holder = unique_sql.job_unique_holder(unique_key=key).run(using)
     # A holder written by this very call is rolled back with it: no job to name.
     return _conflict(
-        f"the {rows.kinds[position]} job at position {position}",
+        f"the {rows.kind_at(position)} job at position {position}",
         None if holder in ids else holder,
     )
 

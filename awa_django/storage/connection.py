@@ -6,23 +6,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.db import DatabaseError, connections
 
 from awa_django.exceptions import DatabaseUnavailable, UniqueConflict
 
+if TYPE_CHECKING:
+    from psycopg._queries import PostgresQuery
+
 UNIQUE_INDEX = "awa_jobs_unique_idx"  # the partial unique index of unique jobs (0004)
 
 
 @contextmanager
-def django_cursor(using: str) -> Iterator[Any]:
+def django_cursor(using: str, *, prepare: bool = False) -> Iterator[Any]:
     """A cursor on Django's connection `using` (so it joins the caller's transaction) that
     binds parameters server-side, as the runtime does: the named statements were written
     for it, and bulk arrays then travel as parameters instead of being quoted into the SQL
     text. It is still Django's cursor wrapper, so query logging, execute wrappers and
-    assertNumQueries see every statement."""
+    assertNumQueries see every statement. `prepare`: its statements are prepared
+    server-side (once per connection), unless `using` cannot keep prepared statements."""
     wrapper = connections[using]
     try:
         # What Django's cursor() does before creating one (async-safety, health check,
@@ -31,7 +35,8 @@ def django_cursor(using: str) -> Iterator[Any]:
         wrapper.ensure_connection()
         # Django's make_cursor/make_debug_cursor wrap any DB-API cursor (the stubs say
         # CursorWrapper only).
-        raw: Any = psycopg.Cursor(wrapper.connection)
+        cursor_class = PreparingCursor if prepare and keeps_prepared(using) else psycopg.Cursor
+        raw: Any = cursor_class(wrapper.connection)
         cursor = (
             wrapper.make_debug_cursor(raw) if wrapper.queries_logged else wrapper.make_cursor(raw)
         )
@@ -47,6 +52,55 @@ def django_cursor(using: str) -> Iterator[Any]:
                 f"a live job already holds this job's unique key: {exc}".strip()
             ) from exc
         raise
+
+
+def keeps_prepared(using: str) -> bool:
+    """Whether statements prepared on `using`'s connection can be used again, as the
+    runtime decides for its own connections (worker/database.py): not behind a transaction
+    pooler (Django's DISABLE_SERVER_SIDE_CURSORS says there is one; the next transaction
+    may run on another server connection, PgBouncer < 1.21), unless OPTIONS sets
+    `prepare_threshold` (then: unless it is None)."""
+    settings = connections[using].settings_dict
+    options = settings.get("OPTIONS", {})
+    if "prepare_threshold" in options:
+        return options["prepare_threshold"] is not None
+    return not settings.get("DISABLE_SERVER_SIDE_CURSORS")
+
+
+# Lifted to this while a PreparingCursor executes: high enough that no statement is ever
+# prepared for being seen often, only because it asked to be.
+_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+class PreparingCursor(psycopg.Cursor[Any]):
+    """A cursor whose statements are prepared server-side on first use and then executed
+    by name: no parsing or planning per call. Django leaves `prepare_threshold` None on its
+    connections (nothing is prepared) unless OPTIONS sets it; this cursor lifts it for its
+    own execute only, so the application's queries are never prepared behind its back,
+    while psycopg still keeps the statement's name for the connection's lifetime."""
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: Any = None
+    ) -> PreparingCursor:
+        conn = self.connection
+        if conn.prepare_threshold is not None:
+            super().execute(query, params, prepare=True, binary=binary)
+            return self
+        conn.prepare_threshold = _ONLY_WHEN_ASKED
+        try:
+            super().execute(query, params, prepare=True, binary=binary)
+        finally:
+            conn.prepare_threshold = None
+        return self
+
+    def _send_query_prepared(
+        self, name: bytes, pgq: PostgresQuery, *, binary: bool | None = None
+    ) -> None:
+        # psycopg records the query it ran (`_query`) only when it sends it unprepared, and
+        # Django's query log (last_executed_query: DEBUG logging, assertNumQueries) reads it
+        # from there; without it the log would show the parameters' reprs instead.
+        self._query = pgq
+        super()._send_query_prepared(name, pgq, binary=binary)
 
 
 def _unique_violation(error: object) -> bool:

@@ -30,7 +30,7 @@ class Query(Generic[T]):
 
     def run(self, using: str) -> T:
         """Run on Django's connection `using`, inside the caller's transaction if any."""
-        with django_cursor(using) as cursor:
+        with django_cursor(using, prepare=self.statement.prepared) as cursor:
             cursor.execute(self.statement.sql, self.params)
             rows = cursor.fetchall() if self.statement.returns_rows else []
             return self.read(rows, cursor.rowcount)

@@ -18,6 +18,11 @@ class Statement:
     name: str
     sql: str
     returns_rows: bool = True
+    # Prepared server-side on Django's connection too (see connection.django_cursor): for
+    # the enqueue statements, whose planning cost more than their execution (a single
+    # enqueue's insert planned 0.3 ms, ran in 0.2). Only statements whose plan does not
+    # depend on their parameters' values: a generic plan is chosen after five executions.
+    prepared: bool = False
 
     def __str__(self) -> str:
         return self.name

@@ -50,6 +50,7 @@ WITH r AS MATERIALIZED (
 )
 SELECT i.id FROM r LEFT JOIN inserted i ON i.id = r.id WHERE {NOTIFY_ONCE} ORDER BY r.ord
 """,
+    prepared=True,
 )
 
 
