@@ -10,7 +10,6 @@ import psycopg
 import pytest
 from django.db import connection
 
-from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.worker.database import Database
 from awa_django.worker.maintenance import reclaimer
 from awa_django.worker.maintenance.reclaimer import Reclaimer
@@ -113,22 +112,3 @@ def test_a_few_dead_rows_are_not_worth_a_vacuum() -> None:
         return await reclaim(db, Reclaimer(db))
 
     assert "awa_jobs_hot" not in with_db(step)
-
-
-def test_a_table_is_the_reclaimers_only_where_autovacuum_skips_it() -> None:
-    """On a server with autovacuum on, only a table that opts out is the reclaimer's; with
-    it off (as on the CI machine), every queue table is."""
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW autovacuum")
-        server_skips = cursor.fetchone()[0] == "off"
-
-    def skipped() -> set[str]:
-        query = maintenance_sql.tables_autovacuum_skips(tables=reclaimer.TABLES)
-        return {row.table for row in query.run("default")}
-
-    assert skipped() == (set(reclaimer.TABLES) if server_skips else set())
-    execute("ALTER TABLE awa_jobs_hot SET (autovacuum_enabled = false)")
-    try:
-        assert "awa_jobs_hot" in skipped()
-    finally:
-        execute("ALTER TABLE awa_jobs_hot RESET (autovacuum_enabled)")

@@ -1024,6 +1024,24 @@ def test_job_copy_many_writes_rows_with_the_reserved_ids() -> None:
     assert (second.state, second.run_at, second.args) == ("scheduled", later, {"n": 2})
 
 
+# -- tables_autovacuum_skips ----------------------------------------------------------------
+def test_tables_autovacuum_skips_lists_the_tables_autovacuum_will_not_vacuum() -> None:
+    """On a server with autovacuum on, only a table that opts out is listed; with it off
+    (as on the CI machine), every table asked about is."""
+    tables = ["awa_jobs_hot", "awa_active_leases"]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        server_skips = cursor.fetchone()[0] == "off"
+
+    def skipped() -> set[str]:
+        return {row.table for row in run(maintenance_sql.tables_autovacuum_skips, tables=tables)}
+
+    assert skipped() == (set(tables) if server_skips else set())
+    with connection.cursor() as cursor:  # rolled back with the test's transaction
+        cursor.execute("ALTER TABLE awa_jobs_hot SET (autovacuum_enabled = false)")
+    assert "awa_jobs_hot" in skipped()
+
+
 # -- coverage of the statement modules ----------------------------------------------------
 def test_every_named_statement_has_a_test_named_after_it() -> None:
     modules = (
