@@ -1,0 +1,55 @@
+"""Statements of the waker role: the one worker process per queue that claims on a NOTIFY
+(decision 025). The role is a session advisory lock held on that process's LISTEN
+connection, so it ends with the session that hears the notifications."""
+
+from __future__ import annotations
+
+import hashlib
+
+from awa_django.channels import WAKER_VACANT
+from awa_django.storage import query
+from awa_django.storage.query import Query
+from awa_django.storage.sql import Statement
+
+# A fixed prefix keeps our keys apart from an application's own advisory locks in practice.
+_KEY_PREFIX = b"awa_django waker:"
+
+
+def waker_key(queue: str) -> int:
+    """The queue's role as a signed 64-bit advisory lock key. 64 bits, not the two-int4
+    form: two queues sharing a key would let one process's role shut the other queue's
+    processes out of theirs, and every pickup on it would wait for a standby poll."""
+    digest = hashlib.blake2b(_KEY_PREFIX + queue.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+# Params: key (waker_key). Index: none; the lock manager only. Never blocks: a process that
+# does not get the role simply stays a standby. Session locks nest, so the caller takes it
+# only while it does not hold it (WakerRole.held), and gives it up once.
+WAKER_TRY_TAKE = Statement(
+    "waker_try_take",
+    "SELECT pg_try_advisory_lock(%(key)s::int8)",
+)
+
+
+def waker_try_take(*, key: int) -> Query[bool]:
+    """True when this session now holds the role."""
+    return Query(WAKER_TRY_TAKE, {"key": key}, _true)
+
+
+# Params: key, channel (the queue's channel). One statement: the lock is free before the
+# standbys hear that it is, so the first of them to try gets it. The payload tells them
+# apart from an enqueue's empty hint: a vacancy wakes every process, a hint only the waker.
+WAKER_GIVE_UP = Statement(
+    "waker_give_up",
+    f"SELECT pg_advisory_unlock(%(key)s::int8), pg_notify(%(channel)s, '{WAKER_VACANT}')",
+)
+
+
+def waker_give_up(*, key: int, channel: str) -> Query[bool]:
+    """True when this session held the role (and no longer does)."""
+    return Query(WAKER_GIVE_UP, {"key": key, "channel": channel}, _true)
+
+
+def _true(rows: query.Rows, count: int) -> bool:
+    return bool(rows and rows[0][0])
