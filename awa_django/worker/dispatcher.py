@@ -1,10 +1,10 @@
 """Claims jobs for one queue, as many as it has free slots, in one statement (DESIGN §4).
 
-It wakes on a NOTIFY for its queue while this process holds the queue's waker role (or on
-any process's `vacant` one: worker/waker.py), on a freed slot while the queue may hold more
-work, and on the poll timer: POLL_INTERVAL for the role's holder and whenever NOTIFY cannot
-reach this process, STANDBY_POLL_INTERVAL otherwise (NOTIFY is only a hint; the timers
-alone keep it correct). Its slots
+It claims on a NOTIFY for its queue while this process holds the queue's waker role
+(worker/waker.py; another process's `vacant` one only makes it try for the role), on a
+freed slot while the queue may hold more work, and on the poll timer: POLL_INTERVAL for the
+role's holder and whenever NOTIFY cannot reach this process, STANDBY_POLL_INTERVAL
+otherwise (NOTIFY is only a hint; the timers alone keep it correct). Its slots
 are the queue's own or a share of the worker's (worker/slots.py); a rate-limited queue
 takes tokens for them first and, when it has work but no token, sleeps until the next one
 is due (worker/rate_gate.py). Runtime overrides retune both (`apply_limits`).
@@ -75,6 +75,7 @@ class Dispatcher:
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self._work = False  # the wake-up calls for a claim (not only a vacancy)
         self._stopped = asyncio.Event()
         self._maybe_more = True
         self._blocked = False  # the last reserve got no slot (the shared pool is lent out)
@@ -108,15 +109,23 @@ class Dispatcher:
         return ", ".join(parts)
 
     def wake(self) -> None:
+        """Claim now: there may be work (a NOTIFY to the role's holder, a (re)connect, a
+        freed slot)."""
+        self._work = True
         self._wake.set()
 
     def notified(self, payload: str) -> None:
-        """A NOTIFY on the queue's channel. An enqueue's hint wakes only the role's holder
-        (the herd this avoids: every idle process running a claim for the same job); a
-        vacancy wakes every process: the holder filled up, so there may be more work than
-        it could take, and the first to go idle becomes the next holder."""
-        if payload == WAKER_VACANT or self.role.held:
+        """A NOTIFY on the queue's channel. An enqueue's hint wakes only the role's holder:
+        the herd this avoids is every idle process running a claim for the same job."""
+        if self.role.held:
             self.wake()
+        elif payload == WAKER_VACANT:
+            self.role_vacant()
+
+    def role_vacant(self) -> None:
+        """The holder gave the role up (it filled up, or stops): every process with a free
+        slot tries for it, and only the one that gets it claims at once."""
+        self._wake.set()
 
     async def run_once(self) -> int:
         """Reserve the free slots (and as many tokens), claim up to that many jobs in one
@@ -178,37 +187,53 @@ class Dispatcher:
     def _release(self) -> None:
         self.slots.release()
         if self._maybe_more:
-            self._wake.set()
+            self.wake()
 
     async def run(self) -> None:
         backoff = Backoff()
+        claim = True
         while not self.stopping:
-            try:
-                await self.run_once()
-                backoff.reset()
-            except Exception as exc:
-                if not isinstance(exc, TRANSIENT_ERRORS):
-                    logger.exception("claiming from %r failed unexpectedly", self.queue.name)
-                delay = backoff.next_delay()
-                logger.warning(
-                    "claiming from %r failed (%s); retrying in %.1fs", self.queue.name, exc, delay
-                )
-                await asyncio.sleep(delay)
-                continue
-            token_wait = self._token_due - time.monotonic()
-            if self._token_due and token_wait > 0:
-                # Work waits for a token: sleep until it is due (a wake-up would find none).
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopped.wait(), token_wait)
-                continue
-            if self._maybe_more and not self._blocked and self.free_slots > 0:
-                continue
+            if claim and not await self._claim_round(backoff):
+                continue  # claim again at once: more work, a token, or after a back-off
             if await self._settle_role():
-                continue  # took the role: claim what arrived while nobody held it
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._idle_wait())
-            self._wake.clear()
+                claim = True  # took the role: claim what arrived while nobody held it
+                continue
+            claim = await self._idle()
         await self._give_up_role()
+
+    async def _claim_round(self, backoff: Backoff) -> bool:
+        """One claim; False when the loop should not go idle after it."""
+        try:
+            await self.run_once()
+            backoff.reset()
+        except Exception as exc:
+            if not isinstance(exc, TRANSIENT_ERRORS):
+                logger.exception("claiming from %r failed unexpectedly", self.queue.name)
+            delay = backoff.next_delay()
+            logger.warning(
+                "claiming from %r failed (%s); retrying in %.1fs", self.queue.name, exc, delay
+            )
+            await asyncio.sleep(delay)
+            return False
+        token_wait = self._token_due - time.monotonic()
+        if self._token_due and token_wait > 0:
+            # Work waits for a token: sleep until it is due (a wake-up would find none).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), token_wait)
+            return False
+        return not (self._maybe_more and not self._blocked and self.free_slots > 0)
+
+    async def _idle(self) -> bool:
+        """Wait for a wake-up or the poll timer. True when a claim should follow; False
+        when only a vacancy came (try for the role, and claim only on getting it)."""
+        timed_out = False
+        try:
+            await asyncio.wait_for(self._wake.wait(), self._idle_wait())
+        except TimeoutError:
+            timed_out = True
+        self._wake.clear()
+        work, self._work = self._work, False
+        return timed_out or work
 
     async def _settle_role(self) -> bool:
         """Hold the queue's waker role exactly while this process can take work; True when
