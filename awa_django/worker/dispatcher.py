@@ -1,10 +1,10 @@
 """Claims jobs for one queue, as many as it has free slots, in one statement (DESIGN §4).
 
-It claims on a NOTIFY for its queue while this process holds the queue's waker role
-(worker/waker.py; another process's `vacant` one only makes it try for the role), on a
-freed slot while the queue may hold more work, and on the poll timer: POLL_INTERVAL for the
-role's holder and whenever NOTIFY cannot reach this process, STANDBY_POLL_INTERVAL
-otherwise (NOTIFY is only a hint; the timers alone keep it correct). Its slots
+It claims on a NOTIFY for its queue while this process holds the queue's waker role (and on
+any process's `vacant` one: worker/waker.py), on a freed slot while the queue may hold more
+work, and on the poll timer: POLL_INTERVAL for the role's holder and whenever NOTIFY cannot
+reach this process, STANDBY_POLL_INTERVAL otherwise (NOTIFY is only a hint; the timers
+alone keep it correct). Its slots
 are the queue's own or a share of the worker's (worker/slots.py); a rate-limited queue
 takes tokens for them first and, when it has work but no token, sleeps until the next one
 is due (worker/rate_gate.py). Runtime overrides retune both (`apply_limits`).
@@ -75,7 +75,6 @@ class Dispatcher:
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
-        self._work = False  # the wake-up calls for a claim (not only a vacancy)
         self._stopped = asyncio.Event()
         self._maybe_more = True
         self._blocked = False  # the last reserve got no slot (the shared pool is lent out)
@@ -109,23 +108,17 @@ class Dispatcher:
         return ", ".join(parts)
 
     def wake(self) -> None:
-        """Claim now: there may be work (a NOTIFY to the role's holder, a (re)connect, a
-        freed slot)."""
-        self._work = True
         self._wake.set()
 
     def notified(self, payload: str) -> None:
         """A NOTIFY on the queue's channel. An enqueue's hint wakes only the role's holder:
-        the herd this avoids is every idle process running a claim for the same job."""
-        if self.role.held:
+        the herd this avoids is every idle process running a claim for the same job. A
+        vacancy wakes every process: the holder filled up (or stops), so there may be more
+        work than it could take; each claims, and the first to go idle with a free slot
+        takes the role. (Letting only the process that takes the role claim made a chain
+        of one claim per hop out of every burst: measured, pickup got slower.)"""
+        if self.role.held or payload == WAKER_VACANT:
             self.wake()
-        elif payload == WAKER_VACANT:
-            self.role_vacant()
-
-    def role_vacant(self) -> None:
-        """The holder gave the role up (it filled up, or stops): every process with a free
-        slot tries for it, and only the one that gets it claims at once."""
-        self._wake.set()
 
     async def run_once(self) -> int:
         """Reserve the free slots (and as many tokens), claim up to that many jobs in one
@@ -187,18 +180,18 @@ class Dispatcher:
     def _release(self) -> None:
         self.slots.release()
         if self._maybe_more:
-            self.wake()
+            self._wake.set()
 
     async def run(self) -> None:
         backoff = Backoff()
-        claim = True
         while not self.stopping:
-            if claim and not await self._claim_round(backoff):
+            if not await self._claim_round(backoff):
                 continue  # claim again at once: more work, a token, or after a back-off
             if await self._settle_role():
-                claim = True  # took the role: claim what arrived while nobody held it
-                continue
-            claim = await self._idle()
+                continue  # took the role: claim what arrived while nobody held it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._idle_wait())
+            self._wake.clear()
         await self._give_up_role()
 
     async def _claim_round(self, backoff: Backoff) -> bool:
@@ -222,18 +215,6 @@ class Dispatcher:
                 await asyncio.wait_for(self._stopped.wait(), token_wait)
             return False
         return not (self._maybe_more and not self._blocked and self.free_slots > 0)
-
-    async def _idle(self) -> bool:
-        """Wait for a wake-up or the poll timer. True when a claim should follow; False
-        when only a vacancy came (try for the role, and claim only on getting it)."""
-        timed_out = False
-        try:
-            await asyncio.wait_for(self._wake.wait(), self._idle_wait())
-        except TimeoutError:
-            timed_out = True
-        self._wake.clear()
-        work, self._work = self._work, False
-        return timed_out or work
 
     async def _settle_role(self) -> bool:
         """Hold the queue's waker role exactly while this process can take work; True when

@@ -5,8 +5,8 @@ Every process LISTENs, but only the role's holder acts on an enqueue's hint, so 
 notification costs one claim instead of one per process. The role is a session advisory
 lock on the holder's LISTEN connection: it ends with that session (a crash, a lost
 connection), and the holder gives it up whenever it cannot take work (no free slot, claims
-held back, shutdown) with a `vacant` notification: every process with a free slot tries
-for the role, and the one that gets it claims at once. Processes
+held back, shutdown) with a `vacant` notification that wakes every process: there may be
+more work than the holder could take, and the first to go idle takes the role. Processes
 without the role (standbys) still poll, every STANDBY_POLL_INTERVAL, and try for the role
 each time they go idle: NOTIFY stays a hint, and no job waits on a busy or dead holder for
 longer than that.
@@ -97,7 +97,7 @@ class WakerRole:
         return False
 
     async def give_up(self) -> None:
-        """Let another process take the role: every process hears `vacant` and tries."""
+        """Let another process take the role, and wake every process to claim and try."""
         if not self.held:
             return
         generation, self._held_on = self.session.generation, None

@@ -300,15 +300,10 @@ class CountingDispatcher(Dispatcher):
     def __init__(self, queue: str, db: Database) -> None:
         super().__init__(QueueConfig(queue), db, _never_executes, "w-listen", 60.0)
         self.woken = 0
-        self.vacancies = 0
 
     def wake(self) -> None:
         self.woken += 1
         super().wake()
-
-    def role_vacant(self) -> None:
-        self.vacancies += 1
-        super().role_vacant()
 
 
 async def _never_executes(row: JobSnapshot, release: Callable[[], None]) -> None:
@@ -335,13 +330,12 @@ def test_listener_wakes_the_dispatcher_of_the_notified_queue_only() -> None:
     long_name = "q" * 80  # its channel is hashed to fit PostgreSQL's 63 bytes
     lst, (email, other, long), _ = listener("email", "other", long_name)
     # Not connected, so no role is held here: an enqueue's hint wakes nobody (the holder
-    # elsewhere claims), a vacancy is passed on (test_waker_role.py).
+    # elsewhere claims), a vacancy wakes every process (test_waker_role.py).
     lst.handle(channel_for("email"), "")
     lst.handle(channel_for(long_name), WAKER_VACANT)
     lst.handle(channel_for("email"), WAKER_VACANT)
     lst.handle("awa:nobody", WAKER_VACANT)
-    assert (email.woken, other.woken, long.woken) == (0, 0, 0)
-    assert (email.vacancies, other.vacancies, long.vacancies) == (1, 0, 1)
+    assert (email.woken, other.woken, long.woken) == (1, 0, 1)
 
 
 def test_listener_sets_the_cancel_flag_of_exactly_the_named_attempt() -> None:

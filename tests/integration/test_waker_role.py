@@ -65,17 +65,17 @@ class Counting(Dispatcher):
             NEVER,
             standby_interval=NEVER,
         )
-        self.woken = 0  # wake-ups that call for a claim
-        self.vacancies = 0  # vacancies heard (try for the role)
+        self.woken = 0
+        self.vacancies = 0  # `vacant` notifications heard
         self.claims = 0
 
     def wake(self) -> None:
         self.woken += 1
         super().wake()
 
-    def role_vacant(self) -> None:
-        self.vacancies += 1
-        super().role_vacant()
+    def notified(self, payload: str) -> None:
+        self.vacancies += payload == WAKER_VACANT
+        super().notified(payload)
 
     async def _claim(self, limit: int) -> list[JobSnapshot]:
         self.claims += 1
@@ -143,9 +143,9 @@ def role_holder_pids(queue: str) -> list[int]:
 
 
 async def handled(listening: list[Process], payload_on_q: str) -> None:
-    """Notify Q, then SIDE with a vacancy (which a process holding no role always hears):
-    once SIDE's dispatcher of a process has heard it, that process has handled the
-    notification on Q too (a session delivers in order)."""
+    """Notify Q, then SIDE with a vacancy: once SIDE's dispatcher of a process has heard
+    it, that process has handled the notification on Q too (a session delivers in
+    order)."""
     before = [p.side.vacancies for p in listening]
     await in_thread(lambda: notify(Q, payload_on_q))
     await in_thread(lambda: notify(SIDE, WAKER_VACANT))
@@ -165,7 +165,7 @@ def test_one_session_holds_the_role_and_a_hint_wakes_only_its_dispatcher() -> No
     run_loop(main)
 
 
-def test_giving_the_role_up_tells_every_process_and_another_takes_it() -> None:
+def test_giving_the_role_up_wakes_every_process_and_another_takes_it() -> None:
     async def main() -> None:
         async with processes(2) as (a, b):
             assert await a.q.role.take()
@@ -176,8 +176,8 @@ def test_giving_the_role_up_tells_every_process_and_another_takes_it() -> None:
             assert await b.q.role.take()
             assert await in_thread(lambda: role_holder_pids(Q)) == [await in_thread(b.backend_pid)]
             await handled([a, b], "")
-            # A vacancy calls for no claim; the hint that followed woke the new holder only.
-            assert (a.q.woken, b.q.woken) == (woken[0], woken[1] + 1)
+            # The vacancy woke both; the hint that followed woke the new holder only.
+            assert (a.q.woken, b.q.woken) == (woken[0] + 1, woken[1] + 2)
 
     run_loop(main)
 

@@ -39,8 +39,8 @@ def waker_try_take(*, key: int) -> Query[bool]:
 
 # Params: key, channel (the queue's channel). One statement: the lock is free before the
 # standbys hear that it is, so the first of them to try gets it. The payload tells it apart
-# from an enqueue's empty hint: a vacancy makes every process try for the role, a hint
-# wakes only the holder.
+# from an enqueue's empty hint: a vacancy wakes every process (to claim, and to try for
+# the role), a hint only the holder.
 WAKER_GIVE_UP = Statement(
     "waker_give_up",
     f"SELECT pg_advisory_unlock(%(key)s::int8), pg_notify(%(channel)s, '{WAKER_VACANT}')",
