@@ -22,6 +22,7 @@ from psycopg import sql
 
 from awa_django.channels import CANCEL_CHANNEL, channel_for
 from awa_django.storage.query import Query
+from awa_django.storage.sql import wakers as wakers_sql
 from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.inflight import InFlight
@@ -84,6 +85,7 @@ class Listener:
                 continue
             try:
                 async with conn:
+                    await wakers_sql.waker_session_liveness().arun(conn)
                     for channel in [*self.by_channel, CANCEL_CHANNEL]:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     backoff.reset()

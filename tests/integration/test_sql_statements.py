@@ -924,6 +924,24 @@ def test_waker_try_take_and_waker_give_up_hold_the_role_in_this_session() -> Non
             cursor.execute("SELECT pg_advisory_unlock_all()")  # never outlive the test
 
 
+def test_waker_session_liveness_sets_only_what_the_server_left_at_zero() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('tcp_keepalives_idle')")
+        (idle_before,) = cursor.fetchone()
+        cursor.execute("SET LOCAL tcp_keepalives_count = 7")  # a DBA's choice stands
+        run(wakers_sql.waker_session_liveness)  # rolled back with the test's transaction
+        cursor.execute(
+            "SELECT current_setting('tcp_keepalives_idle'), "
+            "current_setting('tcp_keepalives_count'), inet_client_port() IS NULL"
+        )
+        idle, count, unix_socket = cursor.fetchone()
+    # On a Unix socket the server ignores keepalives (and reads them as 0).
+    if unix_socket:
+        assert (idle, count) == ("0", "0")
+    else:
+        assert (idle, count) == ("10" if idle_before == "0" else idle_before, "7")
+
+
 # -- cron schedules -----------------------------------------------------------------------
 def sync_schedule(**changes: Any) -> list[str]:
     """Sync one schedule "core-cron" (every minute, UTC) with `changes` applied."""

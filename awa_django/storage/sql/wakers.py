@@ -11,6 +11,14 @@ from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 
+
+def _set_if_default(setting: str, value: str) -> str:
+    return (
+        f"CASE WHEN current_setting('{setting}') = '0' "
+        f"THEN set_config('{setting}', '{value}', false) END"
+    )
+
+
 # A fixed prefix keeps our keys apart from an application's own advisory locks in practice.
 _KEY_PREFIX = b"awa_django waker:"
 
@@ -50,6 +58,27 @@ WAKER_GIVE_UP = Statement(
 def waker_give_up(*, key: int, channel: str) -> Query[bool]:
     """True when this session held the role (and no longer does)."""
     return Query(WAKER_GIVE_UP, {"key": key, "channel": channel}, _true)
+
+
+# Params: none. Run once on each new LISTEN connection. The server ends a session, and
+# releases its role, only once it notices the client is gone; over a network that dropped
+# silently that takes the server's TCP keepalive, hours by the OS default, and meanwhile no
+# other process can take the role (pickup then waits for the standby polls). These settings
+# make it notice within about 30 s. Each is set only where the server leaves it at 0 (the
+# OS default), so a DBA's or OPTIONS' choice stands; on a Unix socket they do nothing.
+WAKER_SESSION_LIVENESS = Statement(
+    "waker_session_liveness",
+    f"""
+SELECT {_set_if_default("tcp_keepalives_idle", "10")},
+       {_set_if_default("tcp_keepalives_interval", "5")},
+       {_set_if_default("tcp_keepalives_count", "3")},
+       {_set_if_default("tcp_user_timeout", "30000")}
+""",
+)
+
+
+def waker_session_liveness() -> Query[query.Rows]:
+    return Query(WAKER_SESSION_LIVENESS, {}, query.plain)
 
 
 def _true(rows: query.Rows, count: int) -> bool:
