@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import urllib.request
+from collections.abc import Callable
 
 import pytest
 from django.db import connection
@@ -58,6 +59,10 @@ def worker_pid(application_name: str) -> int:
     return int(application_name.rsplit("-", 2)[-2])
 
 
+def completed(job_id: int) -> Callable[[], bool]:
+    return lambda: state_of(job_id) == "completed"
+
+
 def metrics_ports(worker: WorkerProcess, count: int) -> list[int]:
     pattern = re.compile(r"metrics and health on http://[^:]+:(\d+)/")
     return wait_until(
@@ -94,8 +99,7 @@ def test_idle_processes_run_one_claim_per_job_not_one_each(start_worker):
     wait_until(lambda: len(role_holders()) == 1, what="one process to hold the role")
     before = claims(ports)
     for n in range(JOBS):
-        job = awa_django.enqueue(AccNoop(n))
-        wait_until(lambda job_id=job.id: state_of(job_id) == "completed", what=f"job {n}")
+        wait_until(completed(awa_django.enqueue(AccNoop(n)).id), what=f"job {n}")
     # One claim per job by the holder; the one after it took the role may land here too.
     # Before the role, each NOTIFY woke all PROCESSES processes: about PROCESSES x JOBS.
     assert JOBS <= claims(ports) - before <= JOBS + 1
