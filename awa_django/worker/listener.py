@@ -146,18 +146,20 @@ class Listener:
                 answer.set_result(None)
                 continue
             try:
-                answer.set_result(await query.arun(conn))
+                result = await query.arun(conn)
             except TRANSIENT_ERRORS:
-                answer.set_result(None)
+                _settle(answer, None)
                 raise
             except Exception as exc:  # a bug, not an outage: the asker logs it
-                answer.set_exception(exc)
+                if not answer.done():
+                    answer.set_exception(exc)
+            else:
+                _settle(answer, result)
 
     def _answer_stale(self) -> None:
         while self._asked:
             _, _, answer = self._asked.popleft()
-            if not answer.done():
-                answer.set_result(None)
+            _settle(answer, None)
 
     def _warn_polling(self) -> None:
         if self.db.pooled:
@@ -175,3 +177,9 @@ class Listener:
             "directly (docs/deployment.md).",
             why,
         )
+
+
+def _settle(answer: asyncio.Future[Any], result: Any) -> None:
+    """Answer a role's statement, unless its asker was cancelled while it ran."""
+    if not answer.done():
+        answer.set_result(result)
