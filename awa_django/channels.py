@@ -1,4 +1,5 @@
-"""NOTIFY channel names: one per queue, always within PostgreSQL's 63-byte limit."""
+"""NOTIFY channel names (one per queue, always within PostgreSQL's 63-byte limit) and the
+one payload a queue's channel carries besides the empty enqueue hint."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import hashlib
 # collide with it. An underscore can never follow the "awa" of a queue channel.
 CANCEL_CHANNEL = "awa_cancel"
 _PREFIX = "awa:"
+# The payload of the one NOTIFY a worker itself sends on a queue's channel: the queue's
+# waker could take no more work and gave its role up (decision 025). Enqueue hints carry
+# no payload, so the two never mix up.
+WAKER_VACANT = "vacant"
 _LIMIT = 63  # NAMEDATALEN - 1: longer names are an error in pg_notify()
 
 

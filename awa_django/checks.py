@@ -50,9 +50,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="awa.W001",
             )
         )
-    if awa.leader_ttl <= 0 or awa.poll_interval <= 0:
+    if awa.leader_ttl <= 0 or awa.poll_interval <= 0 or awa.standby_poll_interval <= 0:
         problems.append(
-            checks.Error("AWA LEADER_TTL and POLL_INTERVAL must be > 0.", id="awa.E004")
+            checks.Error(
+                "AWA LEADER_TTL, POLL_INTERVAL and STANDBY_POLL_INTERVAL must be > 0.",
+                id="awa.E004",
+            )
         )
     return problems
 

@@ -76,6 +76,10 @@ class AwaSettings:
     )
     database: str = "default"
     poll_interval: float = 0.2
+    # How often a process that does not hold a queue's waker role polls it while its LISTEN
+    # connection is up (the holder polls every POLL_INTERVAL and hears every NOTIFY). The
+    # longest a job waits when the holder is busy or hung. Decision 025.
+    standby_poll_interval: float = 1.0
     heartbeat_interval: float = 30.0
     heartbeat_staleness: float = 90.0
     rescue_interval: float = 30.0

@@ -1,12 +1,16 @@
 """Claims jobs for one queue, as many as it has free slots, in one statement (DESIGN §4).
 
 Each claim starts where its previous full claim ended (worker/claim_floor.py), so an old
-snapshot elsewhere in the cluster does not make it re-read what it already took. It wakes
-on a NOTIFY for its queue, on a freed slot while the queue may hold more work,
-and on the poll timer (NOTIFY is only a hint; the timer alone keeps it correct). Its slots
-are the queue's own or a share of the worker's (worker/slots.py); a rate-limited queue
-takes tokens for them first and, when it has work but no token, sleeps until the next one
-is due (worker/rate_gate.py). Runtime overrides retune both (`apply_limits`).
+snapshot elsewhere in the cluster does not make it re-read what it already took.
+
+It claims on a NOTIFY for its queue while this process holds the queue's waker role (and on
+any process's `vacant` one: worker/waker.py), on a freed slot while the queue may hold more
+work, and on the poll timer: POLL_INTERVAL for the role's holder and whenever NOTIFY cannot
+reach this process, STANDBY_POLL_INTERVAL otherwise (NOTIFY is only a hint; the timers
+alone keep it correct). Its slots are the queue's own or a share of the worker's
+(worker/slots.py); a rate-limited queue takes tokens for them first and, when it has work
+but no token, sleeps until the next one is due (worker/rate_gate.py). Runtime overrides
+retune both (`apply_limits`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from awa_django.channels import WAKER_VACANT
 from awa_django.conf import QueueConfig
 from awa_django.limits import RateLimit
 from awa_django.snapshot import JobSnapshot
@@ -27,6 +32,7 @@ from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
 from awa_django.worker.metrics import WorkerMetrics
 from awa_django.worker.rate_gate import RateGate, rate_gate
 from awa_django.worker.slots import FixedSlots
+from awa_django.worker.waker import EveryProcess, Role
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -53,12 +59,17 @@ class Dispatcher:
         may_claim: Callable[[], bool] = lambda: True,
         slots: Slots | None = None,
         metrics: WorkerMetrics | None = None,
+        standby_interval: float | None = None,
     ) -> None:
         self.queue = queue
         self.db = db
         self.execute = execute
         self.worker_id = worker_id
         self.poll_interval = poll_interval
+        # How often a standby polls (the role's holder hears every hint); None: as often.
+        self.standby_interval = standby_interval or poll_interval
+        # The queue's waker role in this process; the Listener gives it one when it LISTENs.
+        self.role: Role = EveryProcess()
         # False while the runtime holds claims back (a full hook backlog under "pause").
         self.may_claim = may_claim
         self.slots: Slots = slots or FixedSlots(queue.concurrency)
@@ -73,6 +84,7 @@ class Dispatcher:
         self.floor = ClaimFloor()
         self._floor_fell_short = False  # the last claim started at the floor and came back short
         self._blocked = False  # the last reserve got no slot (the shared pool is lent out)
+        self._held_back = False  # the last run_once found claims held back (may_claim)
         self._token_due = 0.0  # monotonic time of the next token, while rate-limited
 
     @property
@@ -105,12 +117,23 @@ class Dispatcher:
         self.floor.reset()
         self._wake.set()
 
+    def notified(self, payload: str) -> None:
+        """A NOTIFY on the queue's channel. An enqueue's hint wakes only the role's holder:
+        the herd this avoids is every idle process running a claim for the same job. A
+        vacancy wakes every process: the holder filled up (or stops), so there may be more
+        work than it could take; each claims, and the first to go idle with a free slot
+        takes the role. (Letting only the process that takes the role claim made a chain
+        of one claim per hop out of every burst: measured, pickup got slower.)"""
+        if self.role.held or payload == WAKER_VACANT:
+            self.wake()
+
     async def run_once(self) -> int:
         """Reserve the free slots (and as many tokens), claim up to that many jobs in one
         statement, start each one; what the claim did not fill goes back."""
         if self.stopping:
             return 0
-        if not self.may_claim():
+        self._held_back = not self.may_claim()
+        if self._held_back:
             self._maybe_more = False  # wait for the poll timer, do not spin
             return 0
         free = self.slots.reserve()  # reserve first: a slot is never promised twice
@@ -174,29 +197,68 @@ class Dispatcher:
     async def run(self) -> None:
         backoff = Backoff()
         while not self.stopping:
-            try:
-                await self.run_once()
-                backoff.reset()
-            except Exception as exc:
-                if not isinstance(exc, TRANSIENT_ERRORS):
-                    logger.exception("claiming from %r failed unexpectedly", self.queue.name)
-                delay = backoff.next_delay()
-                logger.warning(
-                    "claiming from %r failed (%s); retrying in %.1fs", self.queue.name, exc, delay
-                )
-                await asyncio.sleep(delay)
-                continue
-            token_wait = self._token_due - time.monotonic()
-            if self._token_due and token_wait > 0:
-                # Work waits for a token: sleep until it is due (a wake-up would find none).
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopped.wait(), token_wait)
-                continue
-            if self._maybe_more and not self._blocked and self.free_slots > 0:
-                continue
+            if not await self._claim_round(backoff):
+                continue  # claim again at once: more work, a token, or after a back-off
+            if await self._settle_role():
+                continue  # took the role: claim what arrived while nobody held it
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                await asyncio.wait_for(self._wake.wait(), self._idle_wait())
             self._wake.clear()
+        await self._give_up_role()
+
+    async def _claim_round(self, backoff: Backoff) -> bool:
+        """One claim; False when the loop should not go idle after it."""
+        try:
+            await self.run_once()
+            backoff.reset()
+        except Exception as exc:
+            if not isinstance(exc, TRANSIENT_ERRORS):
+                logger.exception("claiming from %r failed unexpectedly", self.queue.name)
+            delay = backoff.next_delay()
+            logger.warning(
+                "claiming from %r failed (%s); retrying in %.1fs", self.queue.name, exc, delay
+            )
+            await asyncio.sleep(delay)
+            return False
+        token_wait = self._token_due - time.monotonic()
+        if self._token_due and token_wait > 0:
+            # Work waits for a token: sleep until it is due (a wake-up would find none).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), token_wait)
+            return False
+        return not (self._maybe_more and not self._blocked and self.free_slots > 0)
+
+    async def _settle_role(self) -> bool:
+        """Hold the queue's waker role exactly while this process can take work; True when
+        it has just taken it."""
+        try:
+            if self._can_take_work():
+                return await self.role.take()
+            await self.role.give_up()
+        except Exception:
+            # Never fatal: without the role this process is a standby, and standbys poll.
+            logger.exception("settling the waker role of %r failed", self.queue.name)
+        return False
+
+    def _can_take_work(self) -> bool:
+        return (
+            not self.stopping and not self._held_back and not self._blocked and self.free_slots > 0
+        )
+
+    def _idle_wait(self) -> float:
+        """The holder hears every hint and polls as often as before roles; so does every
+        process while NOTIFY cannot reach it, or while it waits for a slot or for claims to
+        be allowed again. A standby only backs the holder up (a busy or hung one)."""
+        if self.role.held or not self.role.listening or self._held_back or self._blocked:
+            return self.poll_interval
+        return self.standby_interval
+
+    async def _give_up_role(self) -> None:
+        """On the way out the standbys hear at once that the role is free."""
+        try:
+            await self.role.give_up()
+        except Exception:
+            logger.exception("giving up the waker role of %r failed", self.queue.name)
 
     async def stop(self) -> None:
         """Stop claiming; in-flight attempts go on (the runtime waits for `tasks`)."""

@@ -125,6 +125,7 @@ class Runtime:
                 may_claim=lambda: not self.hook_queue.full,
                 slots=self._weighted_slots(q),
                 metrics=self.metrics,
+                standby_interval=s.standby_poll_interval,
             )
             for q in self.queues
         ]

@@ -19,11 +19,13 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
 
 def listening(worker_count: int = 1) -> bool:
-    """True once `worker_count` workers hold their LISTEN connection."""
+    """True once `worker_count` workers hold their LISTEN connection: its last statement
+    is the last LISTEN, or a waker role statement, which runs only after it."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name LIKE 'awa-worker%%' AND query = 'LISTEN \"awa_cancel\"'"
+            "AND application_name LIKE 'awa-worker%%' AND (query = 'LISTEN \"awa_cancel\"' "
+            "OR query LIKE 'SELECT pg\\_%%advisory\\_%%')"
         )
         return cursor.fetchone()[0] >= worker_count
 

@@ -29,7 +29,7 @@ import pytest
 from django.db import connections
 
 import awa_django
-from awa_django.channels import CANCEL_CHANNEL, channel_for
+from awa_django.channels import CANCEL_CHANNEL, WAKER_VACANT, channel_for
 from awa_django.conf import AwaSettings, QueueConfig
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
@@ -329,9 +329,12 @@ def _values(job_id: int) -> Mapping[str, Any]:
 def test_listener_wakes_the_dispatcher_of_the_notified_queue_only() -> None:
     long_name = "q" * 80  # its channel is hashed to fit PostgreSQL's 63 bytes
     lst, (email, other, long), _ = listener("email", "other", long_name)
+    # Not connected, so no role is held here: an enqueue's hint wakes nobody (the holder
+    # elsewhere claims), a vacancy wakes every process (test_waker_role.py).
     lst.handle(channel_for("email"), "")
-    lst.handle(channel_for(long_name), "")
-    lst.handle("awa:nobody", "")
+    lst.handle(channel_for(long_name), WAKER_VACANT)
+    lst.handle(channel_for("email"), WAKER_VACANT)
+    lst.handle("awa:nobody", WAKER_VACANT)
     assert (email.woken, other.woken, long.woken) == (1, 0, 1)
 
 
@@ -385,6 +388,7 @@ def test_a_running_listener_hears_enqueue_and_cancel_notifications() -> None:
         listening = asyncio.ensure_future(lst.run())
         try:
             await until(lst.connected.is_set)
+            assert await dispatcher.role.take()  # the only process: it holds the role
             on_connect = dispatcher.woken  # every (re)connect wakes each dispatcher once
             await in_thread(lambda: enqueue("complete"))
             await until(lambda: dispatcher.woken == on_connect + 1)

@@ -23,6 +23,7 @@ from django.db import connection
 from django.db.models import F, JSONField, Value
 from django.utils import timezone
 
+from awa_django.channels import channel_for
 from awa_django.execution.outcomes import Transition
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import (
@@ -42,6 +43,7 @@ from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.storage.sql import rollups as rollups_sql
 from awa_django.storage.sql import unique as unique_sql
+from awa_django.storage.sql import wakers as wakers_sql
 from awa_django.storage.sql import workers as workers_sql
 from awa_django.storage.sql.fragments import ERRORS_KEPT
 from tests.factories import JobFactory as BaseJobFactory
@@ -892,6 +894,55 @@ def test_worker_instance_prune_forgets_silent_workers() -> None:
     assert list(WorkerInstance.objects.values_list("worker_id", flat=True)) == ["core-new"]
 
 
+# -- waker role ---------------------------------------------------------------------------
+def role_locks(key: int) -> int:
+    """This session's hold count of the advisory lock `key` (a bigint key is two int4s)."""
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND pid = pg_backend_pid() AND classid::int8 = %s AND objid::int8 = %s "
+            "AND objsubid = 1",
+            [unsigned >> 32, unsigned & 0xFFFFFFFF],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_waker_try_take_and_waker_give_up_hold_the_role_in_this_session() -> None:
+    key = wakers_sql.waker_key(Q)
+    assert key != wakers_sql.waker_key(Q + "x")
+    assert -(2**63) <= key < 2**63  # a PostgreSQL bigint
+    try:
+        assert run(wakers_sql.waker_try_take, key=key) is True
+        assert role_locks(key) == 1
+        # The lock is the session's: a second session would not get it (the acceptance and
+        # role tests show that); the holder gives it up once and holds nothing after.
+        assert run(wakers_sql.waker_give_up, key=key, channel=channel_for(Q)) is True
+        assert role_locks(key) == 0
+        assert run(wakers_sql.waker_give_up, key=key, channel=channel_for(Q)) is False
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")  # never outlive the test
+
+
+def test_waker_session_liveness_sets_only_what_the_server_left_at_zero() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('tcp_keepalives_idle')")
+        (idle_before,) = cursor.fetchone()
+        cursor.execute("SET LOCAL tcp_keepalives_count = 7")  # a DBA's choice stands
+        run(wakers_sql.waker_session_liveness)  # rolled back with the test's transaction
+        cursor.execute(
+            "SELECT current_setting('tcp_keepalives_idle'), "
+            "current_setting('tcp_keepalives_count'), inet_client_port() IS NULL"
+        )
+        idle, count, unix_socket = cursor.fetchone()
+    # On a Unix socket the server ignores keepalives (and reads them as 0).
+    if unix_socket:
+        assert (idle, count) == ("0", "0")
+    else:
+        assert (idle, count) == ("10" if idle_before == "0" else idle_before, "7")
+
+
 # -- cron schedules -----------------------------------------------------------------------
 def sync_schedule(**changes: Any) -> list[str]:
     """Sync one schedule "core-cron" (every minute, UTC) with `changes` applied."""
@@ -1054,6 +1105,7 @@ def test_every_named_statement_has_a_test_named_after_it() -> None:
         cron_sql,
         unique_sql,
         rollups_sql,
+        wakers_sql,
     )
     statements = [
         (module, value)

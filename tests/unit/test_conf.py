@@ -25,6 +25,7 @@ def test_defaults_match_the_design() -> None:
     assert (s.heartbeat_interval, s.heartbeat_staleness) == (30.0, 90.0)
     assert (s.completed_retention, s.failed_retention) == (24 * 3600.0, 72 * 3600.0)
     assert s.poll_interval == 0.2
+    assert s.standby_poll_interval == 1.0  # decision 025
     assert s.database == "default"
     assert s.max_args_bytes == 256 * 1024
 
@@ -255,3 +256,11 @@ def test_dead_letter_must_be_a_bool(value: Any) -> None:
 def test_dead_letter_retention_is_checked() -> None:
     with pytest.raises(ImproperlyConfigured, match="DEAD_LETTER_RETENTION"):
         settings_from({"DEAD_LETTER_RETENTION": -1})
+
+
+@pytest.mark.parametrize("key", ["POLL_INTERVAL", "STANDBY_POLL_INTERVAL", "LEADER_TTL"])
+def test_a_zero_interval_is_a_system_check_error(key: str) -> None:
+    from awa_django.checks import check_settings
+
+    with override_settings(AWA={key: 0}):
+        assert [m.id for m in check_settings()] == ["awa.E004"]

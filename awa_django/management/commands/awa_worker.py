@@ -22,6 +22,8 @@ from awa_django.worker.supervisor import WORKER_INDEX_ENV, Supervisor
 ZERO_ALLOWED = {"unknown_kind_grace"}
 TIMING_FLAGS = {
     "poll_interval": "seconds between polls when no NOTIFY arrives (default 0.2)",
+    "standby_poll_interval": "seconds between polls of a process that does not hold the "
+    "queue's waker role (default 1)",
     "heartbeat_interval": "seconds between lease heartbeats (default 30)",
     "heartbeat_staleness": "seconds after which a silent attempt is rescued (default 90)",
     "rescue_interval": "seconds between rescue sweeps by the leader (default 30)",

@@ -1,0 +1,85 @@
+"""Statements of the waker role: the one worker process per queue that claims on a NOTIFY
+(decision 025). The role is a session advisory lock held on that process's LISTEN
+connection, so it ends with the session that hears the notifications."""
+
+from __future__ import annotations
+
+import hashlib
+
+from awa_django.channels import WAKER_VACANT
+from awa_django.storage import query
+from awa_django.storage.query import Query
+from awa_django.storage.sql import Statement
+
+
+def _set_if_default(setting: str, value: str) -> str:
+    return (
+        f"CASE WHEN current_setting('{setting}') = '0' "
+        f"THEN set_config('{setting}', '{value}', false) END"
+    )
+
+
+# A fixed prefix keeps our keys apart from an application's own advisory locks in practice.
+_KEY_PREFIX = b"awa_django waker:"
+
+
+def waker_key(queue: str) -> int:
+    """The queue's role as a signed 64-bit advisory lock key. 64 bits, not the two-int4
+    form: two queues sharing a key would let one process's role shut the other queue's
+    processes out of theirs, and every pickup on it would wait for a standby poll."""
+    digest = hashlib.blake2b(_KEY_PREFIX + queue.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+# Params: key (waker_key). Index: none; the lock manager only. Never blocks: a process that
+# does not get the role simply stays a standby. Session locks nest, so the caller takes it
+# only while it does not hold it (WakerRole.held), and gives it up once.
+WAKER_TRY_TAKE = Statement(
+    "waker_try_take",
+    "SELECT pg_try_advisory_lock(%(key)s::int8)",
+)
+
+
+def waker_try_take(*, key: int) -> Query[bool]:
+    """True when this session now holds the role."""
+    return Query(WAKER_TRY_TAKE, {"key": key}, _true)
+
+
+# Params: key, channel (the queue's channel). One statement: the lock is free before the
+# standbys hear that it is, so the first of them to try gets it. The payload tells it apart
+# from an enqueue's empty hint: a vacancy wakes every process (to claim, and to try for
+# the role), a hint only the holder.
+WAKER_GIVE_UP = Statement(
+    "waker_give_up",
+    f"SELECT pg_advisory_unlock(%(key)s::int8), pg_notify(%(channel)s, '{WAKER_VACANT}')",
+)
+
+
+def waker_give_up(*, key: int, channel: str) -> Query[bool]:
+    """True when this session held the role (and no longer does)."""
+    return Query(WAKER_GIVE_UP, {"key": key, "channel": channel}, _true)
+
+
+# Params: none. Run once on each new LISTEN connection. The server ends a session, and
+# releases its role, only once it notices the client is gone; over a network that dropped
+# silently that takes the server's TCP keepalive, hours by the OS default, and meanwhile no
+# other process can take the role (pickup then waits for the standby polls). These settings
+# make it notice within about 30 s. Each is set only where the server leaves it at 0 (the
+# OS default), so a DBA's or OPTIONS' choice stands; on a Unix socket they do nothing.
+WAKER_SESSION_LIVENESS = Statement(
+    "waker_session_liveness",
+    f"""
+SELECT {_set_if_default("tcp_keepalives_idle", "10")},
+       {_set_if_default("tcp_keepalives_interval", "5")},
+       {_set_if_default("tcp_keepalives_count", "3")},
+       {_set_if_default("tcp_user_timeout", "30000")}
+""",
+)
+
+
+def waker_session_liveness() -> Query[query.Rows]:
+    return Query(WAKER_SESSION_LIVENESS, {}, query.plain)
+
+
+def _true(rows: query.Rows, count: int) -> bool:
+    return bool(rows and rows[0][0])
