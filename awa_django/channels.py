@@ -13,6 +13,9 @@ _PREFIX = "awa:"
 # waker could take no more work and gave its role up (decision 025). Enqueue hints carry
 # no payload, so the two never mix up.
 WAKER_VACANT = "vacant"
+# ... and the one that says a process has taken the role again: until it arrives (or for
+# VACANT_GRACE at most) every process acts on the enqueues' hints.
+WAKER_TAKEN = "taken"
 _LIMIT = 63  # NAMEDATALEN - 1: longer names are an error in pg_notify()
 
 

@@ -15,6 +15,7 @@ latency is enqueue commit → handler start, as in `pickup_async`.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import urllib.request
@@ -41,7 +42,7 @@ def herd(options: Any) -> dict[str, Any]:
     from .scenarios import POLL_INTERVAL, _all_completed, _enqueue_paced, _warm_up
 
     db.reset()
-    extra_args = ["--metrics-port", str(METRICS_PORT)]
+    extra_args = ["--metrics-port", str(METRICS_PORT), *os.environ.get("HERD_EXTRA", "").split()]
     with WorkerProcess(
         processes=HERD_PROCESSES, concurrency=CONCURRENCY, extra_args=extra_args
     ) as worker:

@@ -89,7 +89,9 @@ class WakerRole:
         if self.held or not self.listening:
             return False
         generation = self.session.generation
-        took = await self.session.execute(wakers_sql.waker_try_take(key=self.key), generation)
+        took = await self.session.execute(
+            wakers_sql.waker_try_take(key=self.key, channel=self.channel), generation
+        )
         # A connection lost meanwhile took the lock with it, whatever the answer said.
         if took and generation == self.session.generation:
             self._held_on = generation

@@ -49,7 +49,7 @@ def tried_for_the_role(count: int) -> bool:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND application_name LIKE 'awa-worker%%' "
-            "AND query LIKE 'SELECT pg\\_try\\_advisory\\_lock%%'"
+            "AND query LIKE '%%pg\\_try\\_advisory\\_lock%%'"
         )
         return cursor.fetchone()[0] >= count
 

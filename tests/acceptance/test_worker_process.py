@@ -25,7 +25,7 @@ def listening(worker_count: int = 1) -> bool:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND application_name LIKE 'awa-worker%%' AND (query = 'LISTEN \"awa_cancel\"' "
-            "OR query LIKE 'SELECT pg\\_%%advisory\\_%%')"
+            "OR query LIKE 'SELECT %%pg\\_%%advisory\\_%%')"
         )
         return cursor.fetchone()[0] >= worker_count
 

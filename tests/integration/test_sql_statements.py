@@ -913,7 +913,7 @@ def test_waker_try_take_and_waker_give_up_hold_the_role_in_this_session() -> Non
     assert key != wakers_sql.waker_key(Q + "x")
     assert -(2**63) <= key < 2**63  # a PostgreSQL bigint
     try:
-        assert run(wakers_sql.waker_try_take, key=key) is True
+        assert run(wakers_sql.waker_try_take, key=key, channel="awa:q") is True
         assert role_locks(key) == 1
         # The lock is the session's: a second session would not get it (the acceptance and
         # role tests show that); the holder gives it up once and holds nothing after.

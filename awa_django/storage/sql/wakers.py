@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from awa_django.channels import WAKER_VACANT
+from awa_django.channels import WAKER_TAKEN, WAKER_VACANT
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
@@ -31,18 +31,23 @@ def waker_key(queue: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-# Params: key (waker_key). Index: none; the lock manager only. Never blocks: a process that
-# does not get the role simply stays a standby. Session locks nest, so the caller takes it
-# only while it does not hold it (WakerRole.held), and gives it up once.
+# Params: key (waker_key), channel (the queue's channel). Index: none; the lock manager
+# only. Never blocks: a process that does not get the role simply stays a standby. Session
+# locks nest, so the caller takes it only while it does not hold it (WakerRole.held), and
+# gives it up once. Taking it announces `taken` (CASE evaluates the NOTIFY only then): the
+# processes that have acted on every hint since the vacancy go back to leaving them to the
+# holder.
 WAKER_TRY_TAKE = Statement(
     "waker_try_take",
-    "SELECT pg_try_advisory_lock(%(key)s::int8)",
+    f"""SELECT CASE WHEN pg_try_advisory_lock(%(key)s::int8)
+                THEN pg_notify(%(channel)s, '{WAKER_TAKEN}')::text IS NOT NULL
+                ELSE false END""",
 )
 
 
-def waker_try_take(*, key: int) -> Query[bool]:
+def waker_try_take(*, key: int, channel: str) -> Query[bool]:
     """True when this session now holds the role."""
-    return Query(WAKER_TRY_TAKE, {"key": key}, _true)
+    return Query(WAKER_TRY_TAKE, {"key": key, "channel": channel}, _true)
 
 
 # Params: key, channel (the queue's channel). One statement: the lock is free before the
