@@ -87,7 +87,6 @@ class Dispatcher:
         self._stopped = asyncio.Event()
         self._maybe_more = True
         self.floor = ClaimFloor()
-        self._floor_fell_short = False  # the last claim started at the floor and came back short
         self._blocked = False  # the last reserve got no slot (the shared pool is lent out)
         self._vacant_until = 0.0  # monotonic: hints wake this process too until then
         self._held_back = False  # the last run_once found claims held back (may_claim)
@@ -128,8 +127,9 @@ class Dispatcher:
         the herd this avoids is every idle process running a claim for the same job. A
         vacancy wakes every process: the holder filled up (or stops), so there may be more
         work than it could take; each claims, and the first to go idle with a free slot
-        takes the role. (Letting only the process that takes the role claim made a chain
-        of one claim per hop out of every burst: measured, pickup got slower.)"""
+        takes the role and says so (`taken`); until then every process acts on hints.
+        (Letting only the process that takes the role claim made a chain of one claim per
+        hop out of every burst: measured, pickup got slower.)"""
         if payload == WAKER_TAKEN:
             self._vacant_until = 0.0
         elif payload == WAKER_VACANT:
@@ -153,16 +153,15 @@ class Dispatcher:
         self._blocked = free <= 0
         if self._blocked:
             return 0
-        self._floor_fell_short = False
         try:
             limit = await self._take_tokens(free)
-            rows = await self._claim(limit) if limit else []
+            rows, look_again = await self._claim(limit) if limit else ([], False)
         except BaseException:
             self.slots.unreserve(free, found_all=True)
             raise
         self.slots.unreserve(free - len(rows), found_all=0 < len(rows) == limit)
         # A short claim from the floor says nothing about the rows below it: look again.
-        self._maybe_more = len(rows) == free or self._floor_fell_short
+        self._maybe_more = len(rows) == free or look_again
         for row in rows:
             task = asyncio.create_task(self._execute(row))
             self.tasks.add(task)
@@ -179,7 +178,8 @@ class Dispatcher:
         self._token_due = time.monotonic() + grant.wait if grant.wait else 0.0
         return grant.granted
 
-    async def _claim(self, limit: int) -> list[JobSnapshot]:
+    async def _claim(self, limit: int) -> tuple[list[JobSnapshot], bool]:
+        """Up to `limit` jobs, and whether to claim again at once (ClaimFloor.claimed)."""
         began = time.monotonic()
         start = self.floor.start()
         rows = await self.db.run(
@@ -191,9 +191,8 @@ class Dispatcher:
                 after=start,
             )
         )
-        self._floor_fell_short = self.floor.claimed(start, rows, limit)
         self.metrics.claimed(self.queue.name, len(rows), time.monotonic() - began)
-        return rows
+        return rows, self.floor.claimed(start, rows, limit)
 
     async def _execute(self, row: JobSnapshot) -> None:
         try:

@@ -19,7 +19,7 @@ from testproject.testjobs.jobs import AccNoop
 from testproject.testjobs.models import Execution
 
 from .conftest import WorkerProcess, wait_until
-from .test_worker_process import listening, state_of
+from .test_worker_process import listening, state_of, workers_whose_last_statement
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -45,13 +45,7 @@ def role_holders(queue: str = "acc") -> list[str]:
 def tried_for_the_role(count: int) -> bool:
     """True once `count` processes have tried for the role on their LISTEN connection,
     which each does after the claim it runs on connecting."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name LIKE 'awa-worker%%' "
-            "AND query LIKE '%%pg\\_try\\_advisory\\_lock%%'"
-        )
-        return cursor.fetchone()[0] >= count
+    return workers_whose_last_statement("query LIKE '%%pg\\_try\\_advisory\\_lock%%'") >= count
 
 
 def worker_pid(application_name: str) -> int:

@@ -18,16 +18,26 @@ from .conftest import wait_until
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
 
-def listening(worker_count: int = 1) -> bool:
-    """True once `worker_count` workers hold their LISTEN connection: its last statement
-    is the last LISTEN, or a waker role statement, which runs only after it."""
+def workers_whose_last_statement(condition: str) -> int:
+    """How many worker backends of this database last ran a statement matching
+    `condition` (SQL on pg_stat_activity's `query`)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name LIKE 'awa-worker%%' AND (query = 'LISTEN \"awa_cancel\"' "
-            "OR query LIKE 'SELECT %%pg\\_%%advisory\\_%%')"
+            f"AND application_name LIKE 'awa-worker%%' AND ({condition})"
         )
-        return cursor.fetchone()[0] >= worker_count
+        return int(cursor.fetchone()[0])
+
+
+def listening(worker_count: int = 1) -> bool:
+    """True once `worker_count` workers hold their LISTEN connection: its last statement
+    is the last LISTEN, or a waker role statement, which runs only after it."""
+    return (
+        workers_whose_last_statement(
+            "query = 'LISTEN \"awa_cancel\"' OR query LIKE 'SELECT %%pg\\_%%advisory\\_%%'"
+        )
+        >= worker_count
+    )
 
 
 def state_of(job_id: int) -> str:

@@ -77,7 +77,7 @@ class Counting(Dispatcher):
         self.vacancies += payload == WAKER_VACANT
         super().notified(payload)
 
-    async def _claim(self, limit: int) -> list[JobSnapshot]:
+    async def _claim(self, limit: int) -> tuple[list[JobSnapshot], bool]:
         self.claims += 1
         return await super()._claim(limit)
 
@@ -192,8 +192,11 @@ def test_a_session_that_ends_takes_its_role_with_it() -> None:
             await in_thread(lambda: _terminate(pid))
             await until(lambda: b.listener.generation > generation)
             assert not b.q.role.held  # the client side knows at once
+            # The server releases the lock as the session ends: wait for it, with a deadline.
+            deadline = asyncio.get_running_loop().time() + 5.0
             while await in_thread(lambda: role_holder_pids(Q)):
-                await asyncio.sleep(0.01)  # the server releases the lock as the session ends
+                assert asyncio.get_running_loop().time() < deadline, "the lock outlived it"
+                await asyncio.sleep(0.01)
             assert await a.q.role.take()
             await until(b.listener.connected.is_set)  # b reconnects as a standby
             assert not await b.q.role.take()

@@ -70,6 +70,10 @@ class Pruner:
         except TRANSIENT_ERRORS as exc:
             logger.warning("pruning failed: %s", exc)
             return 0
+        except Exception:
+            # A background task: nobody awaits it, so say it here; the next pass retries.
+            logger.exception("pruning failed")
+            return 0
         return total
 
     async def _batches(self, prune: Query[int]) -> int:
