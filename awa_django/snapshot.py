@@ -64,8 +64,10 @@ class JobSnapshot:
         path: claims, completions and enqueue build one per job)."""
         decoded = list(values[: len(COLUMNS)])
         for index in _JSON_INDEXES:
-            if isinstance(decoded[index], str):
-                decoded[index] = json.loads(decoded[index])
+            text = decoded[index]
+            if isinstance(text, str):
+                # Most rows carry no errors and no metadata: skip the decoder for those.
+                decoded[index] = [] if text == "[]" else {} if text == "{}" else json.loads(text)
         return cls(*decoded)
 
 

@@ -79,7 +79,8 @@ class HookRegistration:
     events: frozenset[type[Event]]
     args_type: type | None  # set for typed hooks: event.args is decoded into it
     # For kind=None hooks that only care about some kinds (the django.tasks signal hook):
-    # a cheap predicate on the kind, so the worker skips dispatch for every other job.
+    # a cheap predicate on the kind, so the worker skips dispatch for every other job. It
+    # must depend on the kind alone: Registry.wants remembers its answers.
     applies_to: Callable[[str], bool] | None = None
 
     def matches(self, kind: str) -> bool:
@@ -88,11 +89,23 @@ class HookRegistration:
         return self.applies_to is None or self.applies_to(kind)
 
 
+# Kinds x event types whose answer wants() keeps; beyond it (kinds without end, from bad
+# rows) it starts over rather than grow.
+WANTS_CACHE_SIZE = 4096
+
+
 class Registry:
     def __init__(self) -> None:
         self._jobs: dict[str, JobDefinition] = {}
         # Replaced, never mutated, so a dispatch in another thread iterates a stable tuple.
         self._hooks: tuple[HookRegistration, ...] = ()
+        # wants() answers per (kind, event type), for the hooks registered when it asked
+        # (the worker asks twice per attempt). Keyed by the tuple, so a change of hooks
+        # starts a fresh cache; `applies_to` must depend on the kind alone.
+        self._wants: tuple[tuple[HookRegistration, ...], dict[tuple[str, type[Event]], bool]] = (
+            (),
+            {},
+        )
         self._started = False
         self._resolvers: list[Callable[[str], JobDefinition | None]] = []
         self._schedules: dict[str, ScheduleDefinition] = {}
@@ -180,7 +193,15 @@ class Registry:
 
     def wants(self, kind: str, event_type: type[Event]) -> bool:
         """Some hook wants this event for this kind (the worker's cheap filter: no list)."""
-        return any(event_type in h.events and h.matches(kind) for h in self._hooks)
+        hooks, answers = self._wants
+        if hooks is not self._hooks or len(answers) > WANTS_CACHE_SIZE:
+            hooks, answers = self._hooks, {}
+            self._wants = (hooks, answers)
+        key = (kind, event_type)
+        wanted = answers.get(key)
+        if wanted is None:
+            wanted = answers[key] = any(event_type in h.events and h.matches(kind) for h in hooks)
+        return wanted
 
     def remove_hook(self, registration: HookRegistration) -> None:
         with self._lock:

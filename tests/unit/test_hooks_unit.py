@@ -241,3 +241,19 @@ def test_a_missing_callback_secret_is_an_error_unless_unsigned_is_allowed(settin
     assert [e.id for e in errors] == ids
     if errors:
         assert "CALLBACK_ALLOW_UNSIGNED" in (errors[0].hint or "")
+
+
+def test_wants_follows_hooks_added_and_removed_after_it_answered(reg):
+    """The worker's filter remembers its answers; a hook registered or removed later must
+    still change them (the cache is per set of hooks)."""
+    assert not reg.wants("pack_order", Completed)
+    add(reg, lambda event: None)
+    assert reg.wants("pack_order", Completed)
+    assert not reg.wants("pack_order", Started)
+    assert not reg.wants("ship_order", Completed)
+    reg.remove_hook(reg.hooks()[0])
+    assert not reg.wants("pack_order", Completed)
+    reg.add_hook(HookRegistration(None, lambda e: None, frozenset({Started}), None, "ship".__eq__))
+    assert reg.wants("ship", Started) and not reg.wants("pack_order", Started)
+    reg.clear_hooks()
+    assert not reg.wants("ship", Started)
