@@ -68,7 +68,7 @@ class Migration(migrations.Migration):
             index=models.Index(
                 condition=models.Q(("state__in", ["available", "completed"]), _negated=True),
                 fields=["state", "id"],
-                include=("queue", "kind"),
+                include=("queue",),
                 name="awa_jobs_state_id_part_idx",
             ),
         ),

@@ -152,13 +152,13 @@ class Job(models.Model):
                 condition=QUEUE_INDEXED,
             ),
             # (state, id) serves a state's list newest first (read backwards) and the bulk
-            # operations' chunks from their cursor; queue and kind are carried so that
-            # the depth per queue and state is counted from the index alone. Ascending:
-            # new ids go to the end of their state's range instead of splitting pages.
+            # operations' chunks from their cursor; the queue is carried so that the
+            # depth per queue and state is counted from the index alone. Ascending: new
+            # ids go to the end of their state's range instead of splitting its pages.
             models.Index(
                 fields=["state", "id"],
                 name="awa_jobs_state_id_part_idx",
-                include=["queue", "kind"],
+                include=["queue"],
                 condition=STATE_INDEXED,
             ),
             GinIndex(fields=["tags"], name="awa_jobs_tags_part_idx", condition=TAGGED),
