@@ -257,16 +257,20 @@ def test_the_job_list_finds_its_rows_through_an_index(
 
 @pytest.mark.usefixtures("deep_table")
 def test_the_summary_bar_and_the_depth_read_indexes_only() -> None:
-    with CaptureQueriesContext(connection) as captured:
+    with CaptureQueriesContext(connection) as bar:
         Client().state_counts()
+    with CaptureQueriesContext(connection) as stats:
         figures.queue_stats()
-    counted = [q["sql"] for q in captured.captured_queries if "COUNT(*)" in q["sql"]]
-    assert len(counted) == 5, counted  # two for the bar, three in queue_stats
-    for sql in counted:
-        plan = plan_of(sql)
-        assert "Seq Scan on awa_jobs_hot" not in plan, plan
-        if "'available'" not in sql and "finalized_at" not in sql:
-            assert "awa_jobs_state_id_part_idx" in plan, plan
+    (counts,) = [q["sql"] for q in bar.captured_queries]
+    plan = plan_of(counts)
+    assert "awa_jobs_state_id_part_idx" in plan and "awa_jobs_dispatch_idx" in plan, plan
+    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+    depth = [q["sql"] for q in stats.captured_queries if '"awa_jobs_hot"' in q["sql"]]
+    assert len(depth) == 3, depth  # the others' depth, throughput, available depth and lag
+    for sql in depth:
+        assert "Seq Scan on awa_jobs_hot" not in plan_of(sql), plan_of(sql)
+    assert "awa_jobs_state_id_part_idx" in plan_of(depth[0]), plan_of(depth[0])
+    assert "awa_jobs_dispatch_idx" in plan_of(depth[2]), plan_of(depth[2])
 
 
 @pytest.mark.usefixtures("deep_table")
@@ -279,3 +283,13 @@ def test_the_split_counts_add_up_to_the_whole() -> None:
     for queue, state, n in live.values_list("queue", "state").annotate(n=Count("*")):
         expected.setdefault(queue, {})[state] = n
     assert depth == expected
+
+
+@pytest.mark.django_db
+def test_the_summary_bar_leaves_out_states_without_jobs() -> None:
+    assert Client().state_counts() == {}
+    JobFactory(state="failed")
+    JobFactory(state="completed")
+    assert Client().state_counts() == {"failed": 1}
+    JobFactory.create_batch(2, state="available")
+    assert Client().state_counts() == {"failed": 1, "available": 2}
