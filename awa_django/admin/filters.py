@@ -4,7 +4,8 @@ A `SELECT DISTINCT kind` over millions of rows would run on every list page, so 
 choices come from what the process already knows: registered job definitions and, for
 queues, `Client.known_queues()` (configured, declared, or paused once), plus the value
 currently filtered on, so a link to an unlisted kind or queue still shows as selected.
-Filtering itself uses the (kind, state) and (queue, state) indexes.
+Filtering itself uses the kind and queue indexes; the job list spells its queue filter
+so that the partial queue index can serve it (admin/jobs.py, `JobQueueFilter`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
 from awa_django.admin.routing import read_alias
@@ -34,9 +35,12 @@ class _ExactValueFilter(admin.SimpleListFilter):
             values.add(str(self.value()))
         return [(v, v) for v in sorted(values)]
 
+    def match(self, value: str) -> Q:
+        return Q(**{self.field: value})
+
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value():
-            return queryset.filter(**{self.field: self.value()})
+            return queryset.filter(self.match(str(self.value())))
         return queryset
 
 

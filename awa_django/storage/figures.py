@@ -17,7 +17,7 @@ from awa_django.conf import QueueConfig, awa_settings
 from awa_django.limits import RateLimit
 from awa_django.snapshot import LiveWorker, QueueStats
 from awa_django.states import DEPTH_STATES, JobState
-from awa_django.storage.models import Job, QueueState, WorkerInstance
+from awa_django.storage.models import INDEXED_DEPTH_STATES, Job, QueueState, WorkerInstance
 
 __all__ = [
     "DEPTH_STATES",
@@ -38,15 +38,17 @@ def queue_stats(window_minutes: int = 5, *, using: str | None = None) -> list[Qu
     """Per-queue depth by state, throughput, lag and paused flag, sorted by queue name.
 
     Lists every configured queue, every queue that has jobs and every paused queue. Four
-    queries, each served by an index: (queue, state), the finalized partial index, the
-    dispatch partial index, and the queue-state primary key.
+    queries, each served by an index: the partial state index (the depth of every state but
+    `available`; it carries the queue), the dispatch partial index (`available` jobs: their
+    depth and lag), the finalized partial index, and the queue-state primary key. The two
+    depth queries read only their indexes, never the table.
     """
     if window_minutes < 1:
         raise ValueError("window_minutes must be at least 1")
     db = _using(using)
     depth = _depth(db)
     completed = _completed(db, window_minutes)
-    lag = _lag(db)
+    lag = _available(db, depth)
     paused = {q.queue: q for q in QueueState.objects.using(db).all()}
     names = sorted(set(awa_settings().queues) | set(depth) | set(completed) | set(paused))
     return [_stats(name, depth, completed, lag, paused.get(name), window_minutes) for name in names]
@@ -102,10 +104,11 @@ def limits_text(queue: QueueConfig, concurrency: int | None, rate: RateLimit | N
 
 
 def _depth(db: str) -> dict[str, dict[str, int]]:
+    """The depth of every depth state but `available` (see `_available`)."""
     # order_by() drops Meta.ordering, which would otherwise join the GROUP BY.
     rows = (
         Job.objects.using(db)
-        .filter(state__in=DEPTH_STATES)
+        .filter(state__in=INDEXED_DEPTH_STATES)
         .values("queue", "state")
         .annotate(n=Count("*"))
         .order_by()
@@ -129,17 +132,20 @@ def _completed(db: str, window_minutes: int) -> dict[str, tuple[int, int]]:
     return {r["queue"]: (r["minute"], r["window"]) for r in rows}
 
 
-def _lag(db: str) -> dict[str, float]:
+def _available(db: str, depth: dict[str, dict[str, int]]) -> dict[str, float]:
+    """Adds each queue's `available` depth to `depth`; returns each queue's lag."""
     # run_at is when an available job became due, so now() - min(run_at) is how long the
     # oldest one has waited for a worker (a scheduled job does not count until due).
     age = ExpressionWrapper(Now() - Min("run_at"), output_field=DurationField())
-    rows = (
+    rows = list(
         Job.objects.using(db)
         .filter(state=JobState.AVAILABLE)
         .values("queue")
-        .annotate(age=age)
+        .annotate(age=age, n=Count("*"))
         .order_by()
     )
+    for row in rows:
+        depth.setdefault(row["queue"], {})[JobState.AVAILABLE] = row["n"]
     return {r["queue"]: max(r["age"].total_seconds(), 0.0) for r in rows}
 
 

@@ -16,9 +16,39 @@ from awa_django.conf import (
     MIN_MAX_ATTEMPTS,
     MIN_PRIORITY,
 )
-from awa_django.states import DeadLetterReason, JobState
+from awa_django.states import DEPTH_STATES, DeadLetterReason, JobState
 
 TERMINAL = ("completed", "failed", "cancelled")
+
+# The lookup indexes of `awa_jobs_hot` are partial (docs/decisions/028-index-diet.md). No
+# update of a job is HOT (`state` is in index predicates), so each of its three writes
+# (enqueue, claim, completion) adds an entry to every index whose predicate the new row
+# version matches; an index skips the states whose rows another index already finds:
+# - the queue index skips `available` rows: the dispatch index finds those by queue;
+# - the state index skips `available` (the dispatch index) and `completed` rows (most of
+#   the table, dense in the primary key's id order);
+# - the tags index skips untagged jobs, the common case (GIN stores an entry for `{}`).
+# PostgreSQL uses a partial index only for a WHERE clause that implies its predicate, so a
+# filter that needs one names the predicate too: `in_queue()` and `has_tag()` below, and
+# the same text in storage/sql/bulk.py's filter.
+QUEUE_INDEXED = ~models.Q(state="available")
+STATE_INDEXED = ~models.Q(state__in=["available", "completed"])
+TAGGED = ~models.Q(tags=[])
+# The depth states (DESIGN §2: all but completed) whose rows the state index holds: all but
+# `available`, which the dispatch index counts. Each count reads one index, never the table.
+INDEXED_DEPTH_STATES = tuple(s for s in DEPTH_STATES if s != JobState.AVAILABLE)
+
+
+def in_queue(queue: str) -> models.Q:
+    """`queue = <queue>`, written so that each state's rows come from an index: `available`
+    ones through the dispatch index, the others through the queue index (a BitmapOr of
+    the two where the queue is small, the primary key backwards where it is not)."""
+    return models.Q(queue=queue) & (models.Q(state="available") | QUEUE_INDEXED)
+
+
+def has_tag(tag: str) -> models.Q:
+    """Jobs tagged `tag`, through the tags index (which holds only tagged jobs)."""
+    return models.Q(tags__contains=[tag]) & TAGGED
 
 
 class StateInUniqueStates(models.Func):
@@ -113,10 +143,25 @@ class Job(models.Model):
                 name="awa_jobs_unique_key_idx",
                 condition=models.Q(unique_key__isnull=False),
             ),
+            # The one lookup index every job enters at each write: a kind's jobs in any
+            # state, `available` and `completed` ones included, have no other way in.
             models.Index(fields=["kind", "state"], name="awa_jobs_kind_state_idx"),
-            models.Index(fields=["queue", "state"], name="awa_jobs_queue_state_idx"),
-            models.Index(fields=["state", "-id"], name="awa_jobs_state_id_idx"),
-            GinIndex(fields=["tags"], name="awa_jobs_tags_idx"),
+            models.Index(
+                fields=["queue", "state"],
+                name="awa_jobs_queue_state_part_idx",
+                condition=QUEUE_INDEXED,
+            ),
+            # (state, id) serves a state's list newest first (read backwards) and the bulk
+            # operations' chunks from their cursor; the queue is carried so that the
+            # depth per queue and state is counted from the index alone. Ascending: new
+            # ids go to the end of their state's range instead of splitting its pages.
+            models.Index(
+                fields=["state", "id"],
+                name="awa_jobs_state_id_part_idx",
+                include=["queue"],
+                condition=STATE_INDEXED,
+            ),
+            GinIndex(fields=["tags"], name="awa_jobs_tags_part_idx", condition=TAGGED),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -321,7 +321,7 @@ def test_retry_failed_chunk_reads_the_state_index_from_the_cursor() -> None:
     window = Window(JobFilter(queue="q3"), ("failed",), 0, 2000)
     plan = explain(bulk_sql.job_bulk_retry, window=window, skip_keyed=False)
     assert "Seq Scan on awa_jobs_hot" not in plan, plan
-    assert "awa_jobs_state_id_idx" in plan or "awa_jobs_queue_state_idx" in plan, plan
+    assert "awa_jobs_state_id_part_idx" in plan or "awa_jobs_queue_state_part_idx" in plan, plan
 
 
 @pytest.mark.usefixtures("big_table")

@@ -157,7 +157,7 @@ def test_under_a_held_snapshot_a_claim_from_the_floor_skips_what_was_claimed() -
 
 def test_a_batched_completion_finds_its_rows_by_primary_key_whatever_the_statistics() -> None:
     """Statistics taken while a backlog waited say nothing is running; the completion must
-    still look its rows up by id, not scan the 'running' entries of awa_jobs_state_id_idx
+    still look its rows up by id, not scan the 'running' entries of awa_jobs_state_id_part_idx
     (under a held snapshot that scan reads every job claimed since it began)."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -175,7 +175,7 @@ def test_a_batched_completion_finds_its_rows_by_primary_key_whatever_the_statist
         cursor.execute("EXPLAIN " + query.statement.sql, query.params)
         plan = "\n".join(line for (line,) in cursor.fetchall())
     assert "awa_jobs_hot_pkey" in plan, plan
-    assert "awa_jobs_state_id_idx" not in plan, plan
+    assert "awa_jobs_state_id_part_idx" not in plan, plan
 
 
 @pytest.mark.parametrize("after", [None, (2, "2020-01-01T00:00:00+00:00", 0)])

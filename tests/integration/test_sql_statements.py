@@ -1253,7 +1253,7 @@ def assert_finds_rows_by_id(plan: str) -> None:
     """The guarded rows are found through an index on id: the primary key, or the
     (state, id) index the planner may prefer for a `state = 'running'` guard (both are one
     probe per id; which one wins depends on the statistics), never by scanning the table."""
-    assert re.search(r"Index Scan using awa_jobs_(hot_pkey|state_id_idx) on awa_jobs_hot", plan), (
-        plan
-    )
+    assert re.search(
+        r"Index Scan using awa_jobs_(hot_pkey|state_id_part_idx) on awa_jobs_hot", plan
+    ), plan
     assert "Seq Scan on awa_jobs_hot" not in plan, plan

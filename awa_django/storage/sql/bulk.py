@@ -12,10 +12,15 @@ Filter params (every statement): queue, kind (NULL: any), states text[] (the act
 states under the filter), tags text[] (NULL: any; else all of them), created_after,
 created_before, finalized_after, finalized_before (NULL: unbounded), after (the cursor), limit.
 Django binds parameters on the client side, so `NULL IS NULL` folds away at plan time and
-each chunk is planned for the filter it has. Index: awa_jobs_state_id_idx (state, id DESC),
-read backwards from the cursor when the states are few (retry_failed, discard_failed);
-otherwise the primary key, or awa_jobs_queue_state_idx / awa_jobs_kind_state_idx /
-awa_jobs_tags_idx where the filter is selective (checked with EXPLAIN in the tests).
+each chunk is planned for the filter it has. Index: awa_jobs_state_id_part_idx (state, id),
+read from the cursor when the states are few (retry_failed, discard_failed); otherwise the
+primary key, or awa_jobs_kind_state_idx / the queue and tags indexes where the filter is
+selective (checked with EXPLAIN in the tests).
+
+The queue and tags indexes are partial (decision 028), so the filter names their
+predicates, as storage.models' `in_queue()` and `has_tag()` do: a queue's `available` jobs
+are found through the dispatch index, its others through awa_jobs_queue_state_part_idx
+(`state <> 'available'`); tags through awa_jobs_tags_part_idx (`NOT tags = '{}'`).
 """
 
 from __future__ import annotations
@@ -36,10 +41,11 @@ from awa_django.storage.sql.fragments import (
     notify_cancel,
 )
 
-_FILTER = """(%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+_FILTER = """(%(queue)s::text IS NULL OR j.queue = %(queue)s::text
+           AND (j.state = 'available' OR j.state <> 'available'))
       AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
       AND j.state = ANY(%(states)s::text[])
-      AND (%(tags)s::varchar[] IS NULL OR j.tags @> %(tags)s::varchar[])
+      AND (%(tags)s::varchar[] IS NULL OR j.tags @> %(tags)s::varchar[] AND NOT j.tags = '{}')
       AND (%(created_after)s::timestamptz IS NULL OR j.created_at >= %(created_after)s)
       AND (%(created_before)s::timestamptz IS NULL OR j.created_at < %(created_before)s)
       AND (%(finalized_after)s::timestamptz IS NULL

@@ -336,7 +336,7 @@ def job_claim_many(
 # Index: primary key. The lease rows go in the same statement.
 # Trap: the state guard is written so that no index can serve it (`|| ''`). Statistics
 # taken while a backlog waited say almost nothing is `running`, and the planner would then
-# read awa_jobs_state_id_idx for 'running' and join the ids to it: that scan visits an
+# read awa_jobs_state_id_part_idx for 'running' and join the ids to it: that scan visits an
 # entry for every job ever claimed since the oldest open snapshot in the cluster, so under
 # a long transaction every completion slowed with the drain (decision 027).
 JOB_COMPLETE_MANY = Statement(
