@@ -140,7 +140,7 @@ def _using(model_admin: Any) -> str:
 
 def state_summary(model_admin: Any, changelist: str) -> dict[str, Any]:
     """The job list's summary bar: jobs per live state, each a share of the bar and a link
-    to the list filtered on that state. One query, on the state index only."""
+    to the list filtered on that state. One query, on indexes only (storage.history)."""
     counts = Client(_using(model_admin)).state_counts()
     total = sum(counts.values()) or 1
     return {

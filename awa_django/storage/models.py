@@ -153,8 +153,9 @@ class Job(models.Model):
             ),
             # (state, id) serves a state's list newest first (read backwards) and the bulk
             # operations' chunks from their cursor; the queue is carried so that the
-            # depth per queue and state is counted from the index alone. Ascending: new
-            # ids go to the end of their state's range instead of splitting its pages.
+            # depth per queue and state is counted from the index alone. Ascending: a
+            # claim's entry goes to the end of the `running` range, where a full page
+            # splits to the right and stays full (descending split pages in half).
             models.Index(
                 fields=["state", "id"],
                 name="awa_jobs_state_id_part_idx",
