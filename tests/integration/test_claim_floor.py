@@ -155,10 +155,9 @@ def test_under_a_held_snapshot_a_claim_from_the_floor_skips_what_was_claimed() -
     assert from_floor <= 20, from_floor
 
 
-def test_a_batched_completion_finds_its_rows_by_primary_key_whatever_the_statistics() -> None:
-    """Statistics taken while a backlog waited say nothing is running; the completion must
-    still look its rows up by id, not scan the 'running' entries of awa_jobs_state_id_part_idx
-    (under a held snapshot that scan reads every job claimed since it began)."""
+def fill_backlog(count: int) -> None:
+    """`count` available jobs in one statement, and fresh statistics: the table the
+    planner sees behind a backlog."""
     with connection.cursor() as cursor:
         cursor.execute(
             """INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt,
@@ -166,10 +165,18 @@ def test_a_batched_completion_finds_its_rows_by_primary_key_whatever_the_statist
                    attempted_by)
                SELECT 'floor_job', %s, '{}', 'available', 2, 0, 25, now(), now(), 0, '[]',
                       '{}', '{}', '{}'
-               FROM generate_series(1, 20000) g""",
-            [Q],
+               FROM generate_series(1, %s) g""",
+            [Q, count],
         )
         cursor.execute("ANALYZE awa_jobs_hot")
+
+
+def test_a_batched_completion_finds_its_rows_by_primary_key_whatever_the_statistics() -> None:
+    """Statistics taken while a backlog waited say nothing is running; the completion must
+    still look its rows up by id, not scan the 'running' entries of awa_jobs_state_id_part_idx
+    (under a held snapshot that scan reads every job claimed since it began)."""
+    fill_backlog(20000)
+    with connection.cursor() as cursor:
         ids = list(range(1, 101))
         query = jobs_sql.job_complete_many(ids=ids, leases=[1] * 100, results=[None] * 100)
         cursor.execute("EXPLAIN " + query.statement.sql, query.params)
@@ -185,17 +192,7 @@ def test_a_claim_is_planned_once_per_connection(after: jobs_sql.DispatchKey | No
     rows come and costs no more than a custom one. With `LIMIT $n` PostgreSQL assumed a
     tenth of the queue, kept re-planning every claim (0.2 ms of a 1 ms claim), and the
     generic plan it rejected hash-joined the candidates against the whole table."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt,
-                   max_attempts, run_at, created_at, run_lease, errors, metadata, tags,
-                   attempted_by)
-               SELECT 'floor_job', %s, '{}', 'available', 2, 0, 25, now(), now(), 0, '[]',
-                      '{}', '{}', '{}'
-               FROM generate_series(1, 20000) g""",
-            [Q],
-        )
-        cursor.execute("ANALYZE awa_jobs_hot")
+    fill_backlog(20000)
     db = Database("default", "awa-test-plan", max_size=1)
     claim = jobs_sql.job_claim_many(
         queue=Q, limit=10, worker_id="w-plan", deadline_seconds=0, after=after
