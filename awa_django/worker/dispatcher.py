@@ -3,8 +3,9 @@
 Each claim starts where its previous full claim ended (worker/claim_floor.py), so an old
 snapshot elsewhere in the cluster does not make it re-read what it already took.
 
-It claims on a NOTIFY for its queue while this process holds the queue's waker role (and on
-any process's `vacant` one: worker/waker.py), on a freed slot while the queue may hold more
+It claims on a NOTIFY for its queue while this process holds the queue's waker role (only
+the holder LISTENs for them), on any process's `vacant` one (worker/waker.py), on a freed
+slot while the queue may hold more
 work, and on the poll timer: POLL_INTERVAL for the role's holder and whenever NOTIFY cannot
 reach this process, STANDBY_POLL_INTERVAL otherwise (NOTIFY is only a hint; the timers
 alone keep it correct). Its slots are the queue's own or a share of the worker's
@@ -22,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from awa_django.channels import WAKER_TAKEN, WAKER_VACANT
+from awa_django.channels import WAKER_VACANT
 from awa_django.conf import QueueConfig
 from awa_django.limits import RateLimit
 from awa_django.snapshot import JobSnapshot
@@ -36,10 +37,6 @@ from awa_django.worker.waker import EveryProcess, Role
 
 logger = logging.getLogger("awa_django.worker")
 
-# Seconds after a `vacant` notification during which every process acts on hints, unless a
-# `taken` one ends it sooner (measured: with hints heard by nobody between the two, one
-# herd run in three waited for the standbys' 1 s polls, p50 over 100 ms).
-VACANT_GRACE = 1.0
 
 
 class Slots(Protocol):
@@ -88,7 +85,6 @@ class Dispatcher:
         self._maybe_more = True
         self.floor = ClaimFloor()
         self._blocked = False  # the last reserve got no slot (the shared pool is lent out)
-        self._vacant_until = 0.0  # monotonic: hints wake this process too until then
         self._held_back = False  # the last run_once found claims held back (may_claim)
         self._token_due = 0.0  # monotonic time of the next token, while rate-limited
 
@@ -123,21 +119,16 @@ class Dispatcher:
         self._wake.set()
 
     def notified(self, payload: str) -> None:
-        """A NOTIFY on the queue's channel. An enqueue's hint wakes only the role's holder:
-        the herd this avoids is every idle process running a claim for the same job. A
-        vacancy wakes every process: the holder filled up (or stops), so there may be more
-        work than it could take; each claims, and the first to go idle with a free slot
-        takes the role and says so (`taken`); until then every process acts on hints.
-        (Letting only the process that takes the role claim made a chain of one claim per
-        hop out of every burst: measured, pickup got slower.)"""
-        if payload == WAKER_TAKEN:
-            self._vacant_until = 0.0
-        elif payload == WAKER_VACANT:
-            # Until a process announces it has taken the role, nobody hears the hints as
-            # the holder: every process acts on them (bounded, in case `taken` is missed).
-            self._vacant_until = time.monotonic() + VACANT_GRACE
-            self.wake()
-        elif self.role.held or time.monotonic() < self._vacant_until:
+        """A NOTIFY on one of the queue's channels. An enqueue's hint reaches only the
+        role's holder (the only process LISTENing for hints): the herd this avoids is every
+        idle process waking, and claiming, for the same job. A vacancy wakes every process:
+        the holder filled up (or stops), so there may be more work than it could take; each
+        claims, and the first to go idle with a free slot takes the role, LISTENs for the
+        hints and claims again at once. (Letting only the process that takes the role
+        claim made a chain of one claim per hop out of every burst: measured, pickup got
+        slower.) A hint that arrives as the holder gives the role up is left to the
+        vacancy's claims."""
+        if payload == WAKER_VACANT or (payload == "" and self.role.held):
             self.wake()
 
     async def run_once(self) -> int:

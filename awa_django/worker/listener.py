@@ -1,8 +1,9 @@
-"""The LISTEN connection: wakes dispatchers on their queue's channel, sets the cancel flag
+"""The LISTEN connection: wakes dispatchers on their queue's channels, sets the cancel flag
 of an attempt named on `awa_cancel`, and carries the waker roles (worker/waker.py): their
-advisory locks live on this session, so a role ends with it. NOTIFY is only a hint: after
-every (re)connect each dispatcher polls at once, so nothing that happened meanwhile is
-missed.
+advisory locks live on this session, so a role ends with it. It LISTENs on each queue's
+role channel from the start, and on a queue's hint channel only while it holds the role.
+NOTIFY is only a hint: after every (re)connect each dispatcher polls at once, so nothing
+that happened meanwhile is missed.
 
 It is a connection of its own, never a pooled one: `AWA["LISTEN_DATABASE"]` says where it
 goes. With none (LISTEN_DATABASE False, or DATABASE behind a transaction pooler and no
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from awa_django.channels import CANCEL_CHANNEL, channel_for
+from awa_django.channels import CANCEL_CHANNEL, channel_for, role_channel_for
 from awa_django.storage.query import Query
 from awa_django.storage.sql import wakers as wakers_sql
 from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
@@ -36,7 +37,12 @@ class Listener:
     def __init__(self, db: Database, dispatchers: list[Dispatcher], inflight: InFlight) -> None:
         self.db = db
         self.inflight = inflight
-        self.by_channel = {channel_for(d.queue.name): d for d in dispatchers}
+        self.dispatchers = dispatchers
+        self.by_channel = {
+            channel: d
+            for d in dispatchers
+            for channel in (channel_for(d.queue.name), role_channel_for(d.queue.name))
+        }
         self.connected = asyncio.Event()
         self.generation = 0  # LISTEN connections made so far (worker/waker.py Session)
         # Statements the roles asked to run on this session, answered between notifications.
@@ -86,7 +92,8 @@ class Listener:
             try:
                 async with conn:
                     await wakers_sql.waker_session_liveness().arun(conn)
-                    for channel in [*self.by_channel, CANCEL_CHANNEL]:
+                    roles = [role_channel_for(d.queue.name) for d in self.dispatchers]
+                    for channel in [*roles, CANCEL_CHANNEL]:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     backoff.reset()
                     self.generation += 1
@@ -102,7 +109,7 @@ class Listener:
                 self._lost()
 
     def _wake_all(self) -> None:
-        for dispatcher in self.by_channel.values():
+        for dispatcher in self.dispatchers:
             dispatcher.wake()
 
     def _lost(self) -> None:

@@ -44,8 +44,10 @@ def role_holders(queue: str = "acc") -> list[str]:
 
 def tried_for_the_role(count: int) -> bool:
     """True once `count` processes have tried for the role on their LISTEN connection,
-    which each does after the claim it runs on connecting."""
-    return workers_whose_last_statement("query LIKE '%%pg\\_try\\_advisory\\_lock%%'") >= count
+    which each does after the claim it runs on connecting (the one that got it LISTENs for
+    the hints next)."""
+    tried = "query LIKE '%%pg\\_try\\_advisory\\_lock%%' OR query LIKE 'LISTEN \"awa:%%'"
+    return workers_whose_last_statement(tried) >= count
 
 
 def worker_pid(application_name: str) -> int:

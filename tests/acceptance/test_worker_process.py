@@ -31,10 +31,13 @@ def workers_whose_last_statement(condition: str) -> int:
 
 def listening(worker_count: int = 1) -> bool:
     """True once `worker_count` workers hold their LISTEN connection: its last statement
-    is the last LISTEN, or a waker role statement, which runs only after it."""
+    is the last LISTEN of the set-up, or a waker role statement, which runs only after it
+    (taking the role ends with the LISTEN for the queue's hints, giving it up with the
+    UNLISTEN)."""
     return (
         workers_whose_last_statement(
-            "query = 'LISTEN \"awa_cancel\"' OR query LIKE 'SELECT %%pg\\_%%advisory\\_%%'"
+            "query = 'LISTEN \"awa_cancel\"' OR query LIKE '%%LISTEN \"awa:%%'"
+            " OR query LIKE 'SELECT %%pg\\_%%advisory\\_%%'"
         )
         >= worker_count
     )

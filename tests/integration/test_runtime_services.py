@@ -29,7 +29,7 @@ import pytest
 from django.db import connections
 
 import awa_django
-from awa_django.channels import CANCEL_CHANNEL, WAKER_VACANT, channel_for
+from awa_django.channels import CANCEL_CHANNEL, WAKER_VACANT, channel_for, role_channel_for
 from awa_django.conf import AwaSettings, QueueConfig
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
@@ -332,9 +332,9 @@ def test_listener_wakes_the_dispatcher_of_the_notified_queue_only() -> None:
     # Not connected, so no role is held here: an enqueue's hint wakes nobody (the holder
     # elsewhere claims), a vacancy wakes every process (test_waker_role.py).
     lst.handle(channel_for("email"), "")
-    lst.handle(channel_for(long_name), WAKER_VACANT)
-    lst.handle(channel_for("email"), WAKER_VACANT)
-    lst.handle("awa:nobody", WAKER_VACANT)
+    lst.handle(role_channel_for(long_name), WAKER_VACANT)
+    lst.handle(role_channel_for("email"), WAKER_VACANT)
+    lst.handle("awa_role:nobody", WAKER_VACANT)
     assert (email.woken, other.woken, long.woken) == (1, 0, 1)
 
 

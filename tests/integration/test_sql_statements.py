@@ -23,7 +23,7 @@ from django.db import connection
 from django.db.models import F, JSONField, Value
 from django.utils import timezone
 
-from awa_django.channels import channel_for
+from awa_django.channels import role_channel_for
 from awa_django.execution.outcomes import Transition
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import (
@@ -913,13 +913,13 @@ def test_waker_try_take_and_waker_give_up_hold_the_role_in_this_session() -> Non
     assert key != wakers_sql.waker_key(Q + "x")
     assert -(2**63) <= key < 2**63  # a PostgreSQL bigint
     try:
-        assert run(wakers_sql.waker_try_take, key=key, channel="awa:q") is True
+        assert run(wakers_sql.waker_try_take, key=key) is True
         assert role_locks(key) == 1
         # The lock is the session's: a second session would not get it (the acceptance and
         # role tests show that); the holder gives it up once and holds nothing after.
-        assert run(wakers_sql.waker_give_up, key=key, channel=channel_for(Q)) is True
+        assert run(wakers_sql.waker_give_up, key=key, channel=role_channel_for(Q)) is True
         assert role_locks(key) == 0
-        assert run(wakers_sql.waker_give_up, key=key, channel=channel_for(Q)) is False
+        assert run(wakers_sql.waker_give_up, key=key, channel=role_channel_for(Q)) is False
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock_all()")  # never outlive the test

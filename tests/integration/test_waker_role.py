@@ -1,8 +1,9 @@
 """The waker role (worker/waker.py, decision 025) on real LISTEN connections: several
 Listeners in one event loop stand for several worker processes. One session holds a
-queue's role; an enqueue's hint wakes only its dispatcher; giving the role up wakes every
-process; a session that ends takes its role with it; a full holder hands the role over so
-the next job is claimed by another process without waiting for a poll.
+queue's role and alone listens for its hints, so a hint wakes only its dispatcher; giving
+the role up wakes every process; a session that ends takes its role with it; a full
+holder hands the role over so the next job is claimed by another process without waiting
+for a poll.
 
 Transactional tests: the listeners commit and LISTEN on their own connections.
 """
@@ -18,10 +19,13 @@ import pytest
 from django.db import connection
 
 import awa_django
-from awa_django.channels import WAKER_VACANT, channel_for
+from awa_django.channels import WAKER_VACANT, channel_for, role_channel_for
 from awa_django.conf import QueueConfig
 from awa_django.execution.context import JobContext
 from awa_django.snapshot import JobSnapshot
+from awa_django.storage import query
+from awa_django.storage.query import Query
+from awa_django.storage.sql import Statement
 from awa_django.storage.sql.wakers import waker_key
 from awa_django.worker.database import Database
 from awa_django.worker.dispatcher import Dispatcher
@@ -125,9 +129,21 @@ async def processes(count: int) -> AsyncIterator[list[Process]]:
             await process.listener.db.close()
 
 
-def notify(queue: str, payload: str = "") -> None:
+def notify(channel: str, payload: str = "") -> None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [channel_for(queue), payload])
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
+LISTENING = Statement("test_listening_channels", "SELECT pg_listening_channels()")
+
+
+async def listening_to(process: Process) -> set[str]:
+    """The channels `process`'s LISTEN session listens on."""
+    rows = await process.listener.execute(
+        Query(LISTENING, {}, query.plain), process.listener.generation
+    )
+    assert rows is not None
+    return {row[0] for row in rows}
 
 
 def role_holder_pids(queue: str) -> list[int]:
@@ -143,12 +159,12 @@ def role_holder_pids(queue: str) -> list[int]:
 
 
 async def handled(listening: list[Process], payload_on_q: str) -> None:
-    """Notify Q, then SIDE with a vacancy: once SIDE's dispatcher of a process has heard
-    it, that process has handled the notification on Q too (a session delivers in
-    order)."""
+    """Notify Q's hint channel, then SIDE's role channel with a vacancy: once SIDE's
+    dispatcher of a process has heard it, that process has handled the notification on Q
+    too, if its session listens there (a session delivers in order)."""
     before = [p.side.vacancies for p in listening]
-    await in_thread(lambda: notify(Q, payload_on_q))
-    await in_thread(lambda: notify(SIDE, WAKER_VACANT))
+    await in_thread(lambda: notify(channel_for(Q), payload_on_q))
+    await in_thread(lambda: notify(role_channel_for(SIDE), WAKER_VACANT))
     await until(lambda: all(p.side.vacancies > n for p, n in zip(listening, before, strict=True)))
 
 
@@ -161,6 +177,11 @@ def test_one_session_holds_the_role_and_a_hint_wakes_only_its_dispatcher() -> No
             before = [p.q.woken for p in (a, b, c)]
             await handled([a, b, c], "")
             assert [p.q.woken - n for p, n in zip((a, b, c), before, strict=True)] == [1, 0, 0]
+            # The standbys' sessions are not even woken by the hint: only the holder's
+            # LISTENs on the queue's hint channel; every session on its role channel.
+            hint, role = channel_for(Q), role_channel_for(Q)
+            assert [hint in await listening_to(p) for p in (a, b, c)] == [True, False, False]
+            assert [role in await listening_to(p) for p in (a, b, c)] == [True, True, True]
 
     run_loop(main)
 
@@ -170,9 +191,10 @@ def test_giving_the_role_up_wakes_every_process_and_another_takes_it() -> None:
         async with processes(2) as (a, b):
             assert await a.q.role.take()
             woken = (a.q.woken, b.q.woken)
-            await a.q.role.give_up()  # sends the vacancy on Q
+            await a.q.role.give_up()  # sends the vacancy on Q's role channel
             await until(lambda: (a.q.vacancies, b.q.vacancies) == (1, 1))
             assert not a.q.role.held
+            assert channel_for(Q) not in await listening_to(a)  # hints are the holder's
             assert await b.q.role.take()
             assert await in_thread(lambda: role_holder_pids(Q)) == [await in_thread(b.backend_pid)]
             await handled([a, b], "")

@@ -1,12 +1,13 @@
 """Statements of the waker role: the one worker process per queue that claims on a NOTIFY
 (decision 025). The role is a session advisory lock held on that process's LISTEN
-connection, so it ends with the session that hears the notifications."""
+connection, so it ends with the session that hears the notifications; only that session
+LISTENs for the queue's enqueue hints."""
 
 from __future__ import annotations
 
 import hashlib
 
-from awa_django.channels import WAKER_TAKEN, WAKER_VACANT
+from awa_django.channels import WAKER_VACANT
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
@@ -31,29 +32,20 @@ def waker_key(queue: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-# Params: key (waker_key), channel (the queue's channel). Index: none; the lock manager
-# only. Never blocks: a process that does not get the role simply stays a standby. Session
-# locks nest, so the caller takes it only while it does not hold it (WakerRole.held), and
-# gives it up once. Taking it announces `taken` (CASE evaluates the NOTIFY only then): the
-# processes that have acted on every hint since the vacancy go back to leaving them to the
-# holder.
-WAKER_TRY_TAKE = Statement(
-    "waker_try_take",
-    f"""SELECT CASE WHEN pg_try_advisory_lock(%(key)s::int8)
-                THEN pg_notify(%(channel)s, '{WAKER_TAKEN}')::text IS NOT NULL
-                ELSE false END""",
-)
+# Params: key (waker_key). Index: none; the lock manager only. Never blocks: a process
+# that does not get the role simply stays a standby. Session locks nest, so the caller
+# takes it only while it does not hold it (WakerRole.held), and gives it up once.
+WAKER_TRY_TAKE = Statement("waker_try_take", "SELECT pg_try_advisory_lock(%(key)s::int8)")
 
 
-def waker_try_take(*, key: int, channel: str) -> Query[bool]:
+def waker_try_take(*, key: int) -> Query[bool]:
     """True when this session now holds the role."""
-    return Query(WAKER_TRY_TAKE, {"key": key, "channel": channel}, _true)
+    return Query(WAKER_TRY_TAKE, {"key": key}, _true)
 
 
-# Params: key, channel (the queue's channel). One statement: the lock is free before the
-# standbys hear that it is, so the first of them to try gets it. The payload tells it apart
-# from an enqueue's empty hint: a vacancy wakes every process (to claim, and to try for
-# the role), a hint only the holder.
+# Params: key, channel (the queue's role channel). One statement: the lock is free before
+# the standbys hear that it is, so the first of them to try gets it. A vacancy wakes every
+# process (to claim, and to try for the role).
 WAKER_GIVE_UP = Statement(
     "waker_give_up",
     f"SELECT pg_advisory_unlock(%(key)s::int8), pg_notify(%(channel)s, '{WAKER_VACANT}')",
@@ -63,6 +55,24 @@ WAKER_GIVE_UP = Statement(
 def waker_give_up(*, key: int, channel: str) -> Query[bool]:
     """True when this session held the role (and no longer does)."""
     return Query(WAKER_GIVE_UP, {"key": key, "channel": channel}, _true)
+
+
+# The holder's own LISTEN on the queue's hint channel, and its end. No params: a channel is
+# an identifier (channels.py names it from a validated queue name; quoted all the same).
+def waker_listen(channel: str) -> Query[None]:
+    return Query(Statement("waker_listen", f"LISTEN {_quoted(channel)}", False), {}, _none)
+
+
+def waker_unlisten(channel: str) -> Query[None]:
+    return Query(Statement("waker_unlisten", f"UNLISTEN {_quoted(channel)}", False), {}, _none)
+
+
+def _quoted(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _none(rows: query.Rows, count: int) -> None:
+    return None
 
 
 # Params: none. Run once on each new LISTEN connection. The server ends a session, and
