@@ -38,7 +38,6 @@ from awa_django.worker.waker import EveryProcess, Role
 logger = logging.getLogger("awa_django.worker")
 
 
-
 class Slots(Protocol):
     cap: int
     running: int

@@ -93,9 +93,7 @@ class WakerRole:
         if self.held or not self.listening:
             return False
         generation = self.session.generation
-        took = await self.session.execute(
-            wakers_sql.waker_try_take(key=self.key), generation
-        )
+        took = await self.session.execute(wakers_sql.waker_try_take(key=self.key), generation)
         # A connection lost meanwhile took the lock with it, whatever the answer said.
         if not took or generation != self.session.generation:
             return False
