@@ -48,7 +48,10 @@ def queue_stats(window_minutes: int = 5, *, using: str | None = None) -> list[Qu
     db = _using(using)
     depth = _depth(db)
     completed = _completed(db, window_minutes)
-    lag = _available(db, depth)
+    lag: dict[str, float] = {}
+    for queue, (count, waited) in _available(db).items():
+        depth.setdefault(queue, {})[JobState.AVAILABLE] = count
+        lag[queue] = waited
     paused = {q.queue: q for q in QueueState.objects.using(db).all()}
     names = sorted(set(awa_settings().queues) | set(depth) | set(completed) | set(paused))
     return [_stats(name, depth, completed, lag, paused.get(name), window_minutes) for name in names]
@@ -132,21 +135,19 @@ def _completed(db: str, window_minutes: int) -> dict[str, tuple[int, int]]:
     return {r["queue"]: (r["minute"], r["window"]) for r in rows}
 
 
-def _available(db: str, depth: dict[str, dict[str, int]]) -> dict[str, float]:
-    """Adds each queue's `available` depth to `depth`; returns each queue's lag."""
+def _available(db: str) -> dict[str, tuple[int, float]]:
+    """Each queue's `available` jobs: how many, and how long the oldest has waited (s)."""
     # run_at is when an available job became due, so now() - min(run_at) is how long the
     # oldest one has waited for a worker (a scheduled job does not count until due).
     age = ExpressionWrapper(Now() - Min("run_at"), output_field=DurationField())
-    rows = list(
+    rows = (
         Job.objects.using(db)
         .filter(state=JobState.AVAILABLE)
         .values("queue")
         .annotate(age=age, n=Count("*"))
         .order_by()
     )
-    for row in rows:
-        depth.setdefault(row["queue"], {})[JobState.AVAILABLE] = row["n"]
-    return {r["queue"]: max(r["age"].total_seconds(), 0.0) for r in rows}
+    return {r["queue"]: (r["n"], max(r["age"].total_seconds(), 0.0)) for r in rows}
 
 
 def live_workers(

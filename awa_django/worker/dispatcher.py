@@ -5,13 +5,12 @@ snapshot elsewhere in the cluster does not make it re-read what it already took.
 
 It claims on a NOTIFY for its queue while this process holds the queue's waker role (only
 the holder LISTENs for them), on any process's `vacant` one (worker/waker.py), on a freed
-slot while the queue may hold more
-work, and on the poll timer: POLL_INTERVAL for the role's holder and whenever NOTIFY cannot
-reach this process, STANDBY_POLL_INTERVAL otherwise (NOTIFY is only a hint; the timers
-alone keep it correct). Its slots are the queue's own or a share of the worker's
-(worker/slots.py); a rate-limited queue takes tokens for them first and, when it has work
-but no token, sleeps until the next one is due (worker/rate_gate.py). Runtime overrides
-retune both (`apply_limits`).
+slot while the queue may hold more work, and on the poll timer: POLL_INTERVAL for the
+role's holder and whenever NOTIFY cannot reach this process, STANDBY_POLL_INTERVAL
+otherwise (NOTIFY is only a hint; the timers alone keep it correct). Its slots are the
+queue's own or a share of the worker's (worker/slots.py); a rate-limited queue takes tokens
+for them first and, when it has work but no token, sleeps until the next one is due
+(worker/rate_gate.py). Runtime overrides retune both (`apply_limits`).
 """
 
 from __future__ import annotations

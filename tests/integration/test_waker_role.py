@@ -222,6 +222,10 @@ def test_a_session_that_ends_takes_its_role_with_it() -> None:
             assert await a.q.role.take()
             await until(b.listener.connected.is_set)  # b reconnects as a standby
             assert not await b.q.role.take()
+            # The new holder hears the hints; b's new session, a standby's, does not.
+            assert channel_for(Q) in await listening_to(a)
+            assert channel_for(Q) not in await listening_to(b)
+            assert role_channel_for(Q) in await listening_to(b)
 
     run_loop(main)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 
+from psycopg import sql
+
 from awa_django.channels import WAKER_VACANT
 from awa_django.storage import query
 from awa_django.storage.query import Query
@@ -58,17 +60,17 @@ def waker_give_up(*, key: int, channel: str) -> Query[bool]:
 
 
 # The holder's own LISTEN on the queue's hint channel, and its end. No params: a channel is
-# an identifier (channels.py names it from a validated queue name; quoted all the same).
+# an identifier, quoted by psycopg as the Listener quotes its own.
 def waker_listen(channel: str) -> Query[None]:
-    return Query(Statement("waker_listen", f"LISTEN {_quoted(channel)}", False), {}, _none)
+    return Query(Statement("waker_listen", _on_channel("LISTEN", channel), False), {}, _none)
 
 
 def waker_unlisten(channel: str) -> Query[None]:
-    return Query(Statement("waker_unlisten", f"UNLISTEN {_quoted(channel)}", False), {}, _none)
+    return Query(Statement("waker_unlisten", _on_channel("UNLISTEN", channel), False), {}, _none)
 
 
-def _quoted(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
+def _on_channel(command: str, channel: str) -> str:
+    return sql.SQL(command + " {}").format(sql.Identifier(channel)).as_string()
 
 
 def _none(rows: query.Rows, count: int) -> None:
