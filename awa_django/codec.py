@@ -213,9 +213,9 @@ def decode_args(args_type: type | None, raw: Any) -> Any:
     name = args_type.__name__
     if not isinstance(raw, dict):
         raise InvalidJobArgs(f"args do not fit {name}: expected a JSON object, got {raw!r:.200}")
-    for field_name, hint in _field_hints(args_type):
+    for field_name, hint, allowed in _field_checks(args_type):
         if field_name in raw:
-            _check_type(name, field_name, hint, raw[field_name])
+            _check_type(name, field_name, hint, allowed, raw[field_name])
     if derived := _derived_fields(args_type):
         # asdict() stored them; __init__ does not take them (__post_init__ recomputes them).
         raw = {key: value for key, value in raw.items() if key not in derived}
@@ -228,13 +228,21 @@ def decode_args(args_type: type | None, raw: Any) -> Any:
 
 
 @functools.cache
-def _field_hints(args_type: type) -> tuple[tuple[str, Any], ...]:
-    """(field, annotation) pairs of a dataclass, resolved once per class."""
+def _field_checks(args_type: type) -> tuple[tuple[str, Any, tuple[type, ...]], ...]:
+    """(field, annotation, the JSON types it allows) of each field of a dataclass whose
+    annotation is simple enough to check, resolved once per class (a worker decodes the
+    args of every attempt)."""
     try:
         hints = typing.get_type_hints(args_type)
     except Exception:  # unresolvable annotations: fall back to the constructor's checks
         hints = {}
-    return tuple((f.name, hints.get(f.name)) for f in dataclasses.fields(args_type))
+    checks = []
+    for f in dataclasses.fields(args_type):
+        hint = hints.get(f.name)
+        allowed = _SIMPLE_TYPES.get(typing.get_origin(hint) or hint)
+        if allowed is not None:
+            checks.append((f.name, hint, allowed))
+    return tuple(checks)
 
 
 @functools.cache
@@ -243,10 +251,9 @@ def _derived_fields(args_type: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(args_type) if not f.init)
 
 
-def _check_type(owner: str, field: str, hint: Any, value: Any) -> None:
+def _check_type(owner: str, field: str, hint: Any, allowed: tuple[type, ...], value: Any) -> None:
     """Reject values whose JSON type plainly contradicts a simple annotation."""
-    allowed = _SIMPLE_TYPES.get(typing.get_origin(hint) or hint)
-    if allowed is None or value is None:
+    if value is None:
         return
     if isinstance(value, bool) and bool not in allowed:
         allowed = ()

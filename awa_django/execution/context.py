@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from awa_django.codec import dumps
@@ -38,7 +37,8 @@ class JobContext(Generic[T]):
         self.row = row
         self.args = args
         self._host = host
-        self._cancelled = threading.Event()
+        # A plain flag: set from the heartbeat or listener thread, read by the handler.
+        self._cancelled = False
         self._progress: dict[str, Any] | None = dict(row.progress) if row.progress else None
         self._progress_dirty = False
         self.result: Any = None  # return value stored on completion (django.tasks backend)
@@ -126,10 +126,10 @@ class JobContext(Generic[T]):
     # -- cancellation -------------------------------------------------------------------
     def is_cancelled(self) -> bool:
         """True once this attempt was cancelled, rescued, or the worker is shutting down."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def mark_cancelled(self) -> None:
-        self._cancelled.set()
+        self._cancelled = True
 
     # -- callbacks ----------------------------------------------------------------------
     def register_callback(self, timeout: float = 3600) -> CallbackToken:

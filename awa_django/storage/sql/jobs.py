@@ -13,6 +13,7 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
+from awa_django.storage.sql.arrays import int_array, text_array, timestamptz_array
 from awa_django.storage.sql.fragments import (
     J_JOB_COLUMNS,
     JOB_COLUMNS,
@@ -80,7 +81,7 @@ def job_insert_one(
     django_task: str | None,
     channels: Sequence[str],
 ) -> Query[JobSnapshot]:
-    params = {
+    values = {
         "kind": kind,
         "queue": queue,
         "args": args,
@@ -91,9 +92,9 @@ def job_insert_one(
         "metadata": metadata,
         "tags": list(tags),
         "django_task": django_task,
-        "channels": list(channels),
     }
-    return Query(JOB_INSERT_ONE, params, _written(params))
+    params = {**values, "tags": text_array(tags), "channels": text_array(channels)}
+    return Query(JOB_INSERT_ONE, params, _written(values))
 
 
 def job_insert_one_unique(
@@ -113,7 +114,7 @@ def job_insert_one_unique(
     unique_states: str,
 ) -> Query[JobSnapshot | None]:
     """The new row, or None when a live job holds `unique_key` (nothing was written)."""
-    params = {
+    values = {
         "kind": kind,
         "queue": queue,
         "args": args,
@@ -124,11 +125,15 @@ def job_insert_one_unique(
         "metadata": metadata,
         "tags": list(tags),
         "django_task": django_task,
-        "channels": list(channels),
+    }
+    params = {
+        **values,
+        "tags": text_array(tags),
+        "channels": text_array(channels),
         "unique_key": unique_key,
         "unique_states": unique_states,
     }
-    return Query(JOB_INSERT_ONE_UNIQUE, params, _written_or_none(params))
+    return Query(JOB_INSERT_ONE_UNIQUE, params, _written_or_none(values))
 
 
 def _written(params: dict[str, Any]) -> Callable[[query.Rows, int], JobSnapshot]:
@@ -217,19 +222,47 @@ def job_insert_many(
     channels: Sequence[str],
 ) -> Query[list[int]]:
     """The bulk insert; `tags` holds each row's tags as a JSON array text."""
-    params = {
-        "kinds": kinds,
-        "queues": queues,
-        "args": args,
-        "states": states,
-        "priorities": priorities,
-        "max_attempts": max_attempts,
-        "run_ats": run_ats,
-        "metadata": metadata,
-        "tags": tags,
-        "channels": list(channels),
-    }
+    params = bulk_insert_params(
+        kinds=kinds,
+        queues=queues,
+        args=args,
+        states=states,
+        priorities=priorities,
+        max_attempts=max_attempts,
+        run_ats=run_ats,
+        metadata=metadata,
+        tags=tags,
+        channels=channels,
+    )
     return Query(JOB_INSERT_MANY, params, _ids)
+
+
+def bulk_insert_params(
+    *,
+    kinds: list[str],
+    queues: list[str],
+    args: list[str],
+    states: list[str],
+    priorities: list[int],
+    max_attempts: list[int],
+    run_ats: list[dt.datetime | None],
+    metadata: list[str],
+    tags: list[str],
+    channels: Sequence[str],
+) -> dict[str, str]:
+    """job_insert_many's parameters (and its unique twin's) as array literals."""
+    return {
+        "kinds": text_array(kinds),
+        "queues": text_array(queues),
+        "args": text_array(args),
+        "states": text_array(states),
+        "priorities": int_array(priorities),
+        "max_attempts": int_array(max_attempts),
+        "run_ats": timestamptz_array(run_ats),
+        "metadata": text_array(metadata),
+        "tags": text_array(tags),
+        "channels": text_array(channels),
+    }
 
 
 def _ids(rows: query.Rows, count: int) -> list[int]:
@@ -363,7 +396,8 @@ def job_complete_many(
     *, ids: list[int], leases: list[int], results: list[str | None]
 ) -> Query[list[JobSnapshot]]:
     """Parallel lists, sorted by id; returns the rows whose completion applied."""
-    return Query(JOB_COMPLETE_MANY, {"ids": ids, "leases": leases, "results": results}, query.jobs)
+    params = {"ids": int_array(ids), "leases": int_array(leases), "results": text_array(results)}
+    return Query(JOB_COMPLETE_MANY, params, query.jobs)
 
 
 # Params: id, run_lease, result (json text or NULL). job_complete_many for one attempt that

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
+from awa_django.storage.sql.arrays import bytea_array, text_array
 from awa_django.storage.sql.fragments import NOTIFY_ONCE, UNIQUE_ARBITER
+from awa_django.storage.sql.jobs import bulk_insert_params
 
 
 def _ids(rows: query.Rows, count: int) -> list[int | None]:
@@ -72,18 +74,20 @@ def job_insert_many_unique(
     """The bulk insert of rows some of which have a unique key: per input position, its
     new id or None (skipped: the key was held)."""
     params = {
-        "kinds": kinds,
-        "queues": queues,
-        "args": args,
-        "states": states,
-        "priorities": priorities,
-        "max_attempts": max_attempts,
-        "run_ats": run_ats,
-        "metadata": metadata,
-        "tags": tags,
-        "channels": list(channels),
-        "unique_keys": unique_keys,
-        "unique_states": unique_states,
+        **bulk_insert_params(
+            kinds=kinds,
+            queues=queues,
+            args=args,
+            states=states,
+            priorities=priorities,
+            max_attempts=max_attempts,
+            run_ats=run_ats,
+            metadata=metadata,
+            tags=tags,
+            channels=channels,
+        ),
+        "unique_keys": bytea_array(unique_keys),
+        "unique_states": text_array(unique_states),
     }
     return Query(JOB_INSERT_MANY_UNIQUE, params, _ids)
 
