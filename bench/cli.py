@@ -39,6 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--soak-minutes", type=int, default=30)
     parser.add_argument("--soak-rate", type=float, default=1000.0, help="soak: jobs/s offered")
+    parser.add_argument(
+        "--concurrency", type=int, default=10, help="drain scenarios: each worker process's slots"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--profile-dir",
@@ -117,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         soak_minutes=args.soak_minutes,
         soak_rate=args.soak_rate,
         profile_dir=args.profile_dir,
+        concurrency=args.concurrency,
     )
     summaries, failed = [], False
     for name in selected(args.scenario):

@@ -1,4 +1,5 @@
-"""The floor: a minimal hand-written claim-100/complete-100 loop in psycopg.
+"""The floor: a minimal hand-written claim-100/complete-100 loop in psycopg (`floor`), and
+the same loop ten at a time (`floor_10`: the batches of a worker of concurrency 10).
 
 It runs on a scratch copy of `awa_jobs_hot` (same columns and indexes) so it shows what
 this PostgreSQL can do at best with the same row shape, with none of the queue's
@@ -16,7 +17,6 @@ import psycopg
 from .database import conninfo
 
 TABLE = "bench_floor_jobs"
-BATCH = 100
 
 _CREATE = f"""
 DROP TABLE IF EXISTS {TABLE};
@@ -29,31 +29,41 @@ SELECT 'bench_async', 'bench', jsonb_build_object('n', g), 'available', 2, 0, 25
        now(), 0, '[]', '{{}}', '{{}}', '{{}}'
 FROM generate_series(1, %(n)s) g
 """
-# Same candidate order and partial index as the real claim (awa_jobs_dispatch_idx copy).
-_CLAIM = f"""
+
+
+def _claim(batch: int) -> str:
+    """Same candidate order and partial index as the real claim (awa_jobs_dispatch_idx
+    copy), `batch` rows at a time."""
+    return f"""
 UPDATE {TABLE} SET state = 'running', attempt = attempt + 1, run_lease = run_lease + 1,
                    attempted_at = now()
 WHERE id IN (SELECT id FROM {TABLE}
              WHERE state = 'available' AND queue = 'bench' AND run_at <= now()
-             ORDER BY priority, run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED)
+             ORDER BY priority, run_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED)
 RETURNING id
 """
+
 _COMPLETE = f"""
 UPDATE {TABLE} SET state = 'completed', finalized_at = now() WHERE id = ANY(%(ids)s)
 """
 
 
-def run_floor(n: int) -> dict[str, Any]:
-    """Claim and complete `n` pre-inserted rows, 100 at a time, on one connection."""
+def run_floor(n: int, batch: int = 100) -> dict[str, Any]:
+    """Claim and complete `n` pre-inserted rows, `batch` at a time, on one connection."""
     with psycopg.connect(**conninfo(), autocommit=True) as conn:
         _prepare(conn, n)
         began = time.perf_counter()
-        done = _drain(conn)
+        done = _drain(conn, _claim(batch))
         elapsed = time.perf_counter() - began
         conn.execute(f"DROP TABLE {TABLE}")
     if done != n:
         raise RuntimeError(f"floor loop completed {done} of {n} rows")
-    return {"jobs": n, "jobs_per_s": round(n / elapsed, 1), "elapsed_s": round(elapsed, 3)}
+    return {
+        "jobs": n,
+        "batch": batch,
+        "jobs_per_s": round(n / elapsed, 1),
+        "elapsed_s": round(elapsed, 3),
+    }
 
 
 def _prepare(conn: psycopg.Connection[Any], n: int) -> None:
@@ -62,10 +72,10 @@ def _prepare(conn: psycopg.Connection[Any], n: int) -> None:
     conn.execute(f"ANALYZE {TABLE}")
 
 
-def _drain(conn: psycopg.Connection[Any]) -> int:
+def _drain(conn: psycopg.Connection[Any], claim: str) -> int:
     done = 0
     while True:
-        ids = [row[0] for row in conn.execute(_CLAIM, prepare=True).fetchall()]
+        ids = [row[0] for row in conn.execute(claim, prepare=True).fetchall()]
         if not ids:
             return done
         conn.execute(_COMPLETE, {"ids": ids}, prepare=True)

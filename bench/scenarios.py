@@ -52,6 +52,7 @@ class Options:
     soak_minutes: int = 30
     soak_rate: float = 1000.0  # jobs/s offered
     profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
+    concurrency: int = 10  # drain scenarios: the slots of each worker process
 
 
 Scenario = Callable[[Options], dict[str, Any]]
@@ -109,6 +110,13 @@ def floor(options: Options) -> dict[str, Any]:
     return run_floor(options.jobs)
 
 
+def floor_10(options: Options) -> dict[str, Any]:
+    """The floor in batches of ten: what one connection can do at a worker's concurrency
+    10, with none of the queue's work (leases, whole rows returned, guards, events)."""
+    db.reset()
+    return run_floor(options.jobs, batch=10)
+
+
 def floor_pinned(options: Options) -> dict[str, Any]:
     db.reset()
     with db.pinned_horizon():
@@ -146,6 +154,7 @@ def drain(
             metrics=metrics,
             pin_horizon=pin_horizon,
             ballast=BALLASTS[ballast](options.deep_rows) if ballast else None,
+            concurrency=options.concurrency,
         )
         return {**figures, "pinned_horizon": pin_horizon, "observed": observed, "metrics": metrics}
 
@@ -164,6 +173,7 @@ def _drain(
     metrics: bool = False,
     pin_horizon: bool = False,
     ballast: Callable[[], dict[str, Any]] | None = None,
+    concurrency: int = 10,
 ) -> dict[str, Any]:
     db.reset()
     deep_figures = ballast() if ballast is not None else {}
@@ -183,7 +193,11 @@ def _drain(
         pin = stack.enter_context(db.pinned_horizon()) if pin_horizon else None
         worker = stack.enter_context(
             WorkerProcess(
-                processes=processes, extra_env=env, extra_args=extra_args, profile_to=profile_to
+                processes=processes,
+                concurrency=concurrency,
+                extra_env=env,
+                extra_args=extra_args,
+                profile_to=profile_to,
             )
         )
         drained_at = db.wait_until(
@@ -204,6 +218,7 @@ def _drain(
     return {
         "jobs": n,
         "processes": processes,
+        "concurrency": concurrency,
         "handlers": "async" if args_type is BenchAsync else "sync",
         "job": args_type.__name__,
         "slow_hook": slow_hook or None,
@@ -372,6 +387,7 @@ SCENARIOS: dict[str, Scenario] = {
     "enqueue_many": enqueue_many,
     "enqueue_many_unique": enqueue_many_unique,
     "floor": floor,
+    "floor_10": floor_10,
     "floor_enqueue": floor_enqueue,
     "drain_async": drain(BenchAsync),
     "slow_hook": drain(BenchAsync, slow_hook="async"),
@@ -417,6 +433,8 @@ GROUPS = {
         "floor_enqueue",
     ],
     "drain": ["drain_async", "drain_sync", "drain_async_p2", "drain_sync_p2"],
+    # A worker of concurrency 10 beside the hand-written floor in its batch size (issue 13).
+    "floors": ["floor_10", "drain_async", "floor"],
     # Scaling with worker processes (issue 13): one, two and four of concurrency 10.
     "scaling": ["drain_async", "drain_async_p2", "drain_async_p4"],
     "pinned": ["drain_async_pinned", "floor_pinned"],
