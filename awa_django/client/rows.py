@@ -42,6 +42,7 @@ from awa_django.options import (
 )
 from awa_django.registry import JobDefinition, kind_for, registry
 from awa_django.states import JobState
+from awa_django.storage.sql.jobs import BulkColumns
 from awa_django.unique import UniqueOpts, key_for
 
 # `unique=` of one call: the options, False to opt out of the kind's `@job(unique=...)`,
@@ -99,21 +100,6 @@ class RowColumns(TypedDict):
     metadata: str
     tags: Sequence[str]
     django_task: str | None
-    channels: Sequence[str]
-
-
-class BulkColumns(TypedDict):
-    """Planned rows as the parallel arrays `job_insert_many` (and its twin) take."""
-
-    kinds: list[str]
-    queues: list[str]
-    args: list[str]
-    states: list[str]
-    priorities: list[int]
-    max_attempts: list[int]
-    run_ats: list[dt.datetime | None]
-    metadata: list[str]
-    tags: list[str]
     channels: Sequence[str]
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage import query
@@ -208,60 +208,40 @@ SELECT id FROM inserted WHERE {NOTIFY_ONCE} ORDER BY id
 )
 
 
-def job_insert_many(
-    *,
-    kinds: list[str],
-    queues: list[str],
-    args: list[str],
-    states: list[str],
-    priorities: list[int],
-    max_attempts: list[int],
-    run_ats: list[dt.datetime | None],
-    metadata: list[str],
-    tags: list[str],
-    channels: Sequence[str],
-) -> Query[list[int]]:
-    """The bulk insert; `tags` holds each row's tags as a JSON array text."""
-    params = bulk_insert_params(
-        kinds=kinds,
-        queues=queues,
-        args=args,
-        states=states,
-        priorities=priorities,
-        max_attempts=max_attempts,
-        run_ats=run_ats,
-        metadata=metadata,
-        tags=tags,
-        channels=channels,
-    )
-    return Query(JOB_INSERT_MANY, params, _ids)
+class BulkColumns(TypedDict):
+    """Planned rows as the parallel arrays job_insert_many (and its unique twin) take;
+    `tags` holds each row's tags as a JSON array text (PostgreSQL has no ragged text[][])."""
+
+    kinds: list[str]
+    queues: list[str]
+    args: list[str]
+    states: list[str]
+    priorities: list[int]
+    max_attempts: list[int]
+    run_ats: list[dt.datetime | None]
+    metadata: list[str]
+    tags: list[str]
+    channels: Sequence[str]
 
 
-def bulk_insert_params(
-    *,
-    kinds: list[str],
-    queues: list[str],
-    args: list[str],
-    states: list[str],
-    priorities: list[int],
-    max_attempts: list[int],
-    run_ats: list[dt.datetime | None],
-    metadata: list[str],
-    tags: list[str],
-    channels: Sequence[str],
-) -> dict[str, str]:
+def job_insert_many(**columns: Unpack[BulkColumns]) -> Query[list[int]]:
+    """The bulk insert; ids in input order."""
+    return Query(JOB_INSERT_MANY, bulk_insert_params(columns), _ids)
+
+
+def bulk_insert_params(columns: BulkColumns) -> dict[str, str]:
     """job_insert_many's parameters (and its unique twin's) as array literals."""
     return {
-        "kinds": text_array(kinds),
-        "queues": text_array(queues),
-        "args": text_array(args),
-        "states": text_array(states),
-        "priorities": int_array(priorities),
-        "max_attempts": int_array(max_attempts),
-        "run_ats": timestamptz_array(run_ats),
-        "metadata": text_array(metadata),
-        "tags": text_array(tags),
-        "channels": text_array(channels),
+        "kinds": text_array(columns["kinds"]),
+        "queues": text_array(columns["queues"]),
+        "args": text_array(columns["args"]),
+        "states": text_array(columns["states"]),
+        "priorities": int_array(columns["priorities"]),
+        "max_attempts": int_array(columns["max_attempts"]),
+        "run_ats": timestamptz_array(columns["run_ats"]),
+        "metadata": text_array(columns["metadata"]),
+        "tags": text_array(columns["tags"]),
+        "channels": text_array(columns["channels"]),
     }
 
 

@@ -4,15 +4,14 @@ is held, and the two lookups by key (who holds it; which live job to cancel).
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Sequence
+from typing import Unpack
 
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql.arrays import bytea_array, text_array
 from awa_django.storage.sql.fragments import NOTIFY_ONCE, UNIQUE_ARBITER
-from awa_django.storage.sql.jobs import bulk_insert_params
+from awa_django.storage.sql.jobs import BulkColumns, bulk_insert_params
 
 
 def _ids(rows: query.Rows, count: int) -> list[int | None]:
@@ -58,34 +57,14 @@ SELECT i.id FROM r LEFT JOIN inserted i ON i.id = r.id WHERE {NOTIFY_ONCE} ORDER
 
 def job_insert_many_unique(
     *,
-    kinds: list[str],
-    queues: list[str],
-    args: list[str],
-    states: list[str],
-    priorities: list[int],
-    max_attempts: list[int],
-    run_ats: list[dt.datetime | None],
-    metadata: list[str],
-    tags: list[str],
-    channels: Sequence[str],
     unique_keys: list[bytes | None],
     unique_states: list[str | None],
+    **columns: Unpack[BulkColumns],
 ) -> Query[list[int | None]]:
     """The bulk insert of rows some of which have a unique key: per input position, its
     new id or None (skipped: the key was held)."""
     params = {
-        **bulk_insert_params(
-            kinds=kinds,
-            queues=queues,
-            args=args,
-            states=states,
-            priorities=priorities,
-            max_attempts=max_attempts,
-            run_ats=run_ats,
-            metadata=metadata,
-            tags=tags,
-            channels=channels,
-        ),
+        **bulk_insert_params(columns),
         "unique_keys": bytea_array(unique_keys),
         "unique_states": text_array(unique_states),
     }
