@@ -43,6 +43,7 @@ WHERE id IN (SELECT id FROM {TABLE}
 RETURNING id
 """
 
+
 _COMPLETE = f"""
 UPDATE {TABLE} SET state = 'completed', finalized_at = now() WHERE id = ANY(%(ids)s)
 """
