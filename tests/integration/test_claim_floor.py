@@ -185,8 +185,11 @@ def test_a_batched_completion_finds_its_rows_by_primary_key_whatever_the_statist
     assert "awa_jobs_state_id_part_idx" not in plan, plan
 
 
+@pytest.mark.parametrize("limit", [10, 100])
 @pytest.mark.parametrize("after", [None, (2, "2020-01-01T00:00:00+00:00", 0)])
-def test_a_claim_is_planned_once_per_connection(after: jobs_sql.DispatchKey | None) -> None:
+def test_a_claim_is_planned_once_per_connection(
+    after: jobs_sql.DispatchKey | None, limit: int
+) -> None:
     """A claim of a worker-sized batch is planned once and then run from PostgreSQL's
     generic plan: the limit is in the statement's text, so the generic plan knows how few
     rows come and costs no more than a custom one. With `LIMIT $n` PostgreSQL assumed a
@@ -195,7 +198,7 @@ def test_a_claim_is_planned_once_per_connection(after: jobs_sql.DispatchKey | No
     fill_backlog(20000)
     db = Database("default", "awa-test-plan", max_size=1)
     claim = jobs_sql.job_claim_many(
-        queue=Q, limit=10, worker_id="w-plan", deadline_seconds=0, after=after
+        queue=Q, limit=limit, worker_id="w-plan", deadline_seconds=0, after=after
     )
     with psycopg.connect(**db.kwargs) as conn:
         for _ in range(12):  # psycopg prepares on the 5th use; PostgreSQL decides after 5 more
