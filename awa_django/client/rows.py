@@ -42,7 +42,7 @@ from awa_django.options import (
 )
 from awa_django.registry import JobDefinition, kind_for, registry
 from awa_django.states import JobState
-from awa_django.storage.sql.jobs import BulkColumns
+from awa_django.storage.sql.jobs import BulkColumns, RowColumns
 from awa_django.unique import UniqueOpts, key_for
 
 # `unique=` of one call: the options, False to opt out of the kind's `@job(unique=...)`,
@@ -85,22 +85,6 @@ class EnqueueOptions:
     tags: Sequence[str] = ()
     metadata: dict[str, Any] | None = None
     unique: UniqueOption = None
-
-
-class RowColumns(TypedDict):
-    """One planned row as `job_insert_one` (and its unique twin) take it."""
-
-    kind: str
-    queue: str
-    args: str
-    state: str
-    priority: int
-    max_attempts: int
-    run_at: dt.datetime | None
-    metadata: str
-    tags: Sequence[str]
-    django_task: str | None
-    channels: Sequence[str]
 
 
 @dataclass(frozen=True, slots=True)

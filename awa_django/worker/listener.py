@@ -19,7 +19,6 @@ from collections import deque
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import sql
 
 from awa_django.channels import CANCEL_CHANNEL, channel_for, role_channel_for
 from awa_django.storage.query import Query
@@ -94,7 +93,7 @@ class Listener:
                     await wakers_sql.waker_session_liveness().arun(conn)
                     roles = [role_channel_for(d.queue.name) for d in self.dispatchers]
                     for channel in [*roles, CANCEL_CHANNEL]:
-                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                        await wakers_sql.listen(channel).arun(conn)
                     backoff.reset()
                     self.generation += 1
                     self.connected.set()

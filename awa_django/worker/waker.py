@@ -98,7 +98,7 @@ class WakerRole:
         if not took or generation != self.session.generation:
             return False
         self._held_on = generation
-        await self.session.execute(wakers_sql.waker_listen(self.hint_channel), generation)
+        await self.session.execute(wakers_sql.listen(self.hint_channel), generation)
         return self.held
 
     async def give_up(self) -> None:
@@ -110,4 +110,4 @@ class WakerRole:
             wakers_sql.waker_give_up(key=self.key, channel=self.channel), generation
         )
         # Hints that arrive before this ends are ignored (the role is no longer held).
-        await self.session.execute(wakers_sql.waker_unlisten(self.hint_channel), generation)
+        await self.session.execute(wakers_sql.unlisten(self.hint_channel), generation)

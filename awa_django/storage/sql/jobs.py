@@ -68,100 +68,72 @@ JOB_INSERT_ONE_UNIQUE = Statement(
 )
 
 
-def job_insert_one(
-    *,
-    kind: str,
-    queue: str,
-    args: str,
-    state: str,
-    priority: int,
-    max_attempts: int,
-    run_at: dt.datetime | None,
-    metadata: str,
-    tags: Sequence[str],
-    django_task: str | None,
-    channels: Sequence[str],
-) -> Query[JobSnapshot]:
-    values = {
-        "kind": kind,
-        "queue": queue,
-        "args": args,
-        "state": state,
-        "priority": priority,
-        "max_attempts": max_attempts,
-        "run_at": run_at,
-        "metadata": metadata,
-        "tags": list(tags),
-        "django_task": django_task,
-    }
-    params = {**values, "tags": text_array(tags), "channels": text_array(channels)}
-    return Query(JOB_INSERT_ONE, params, _written(values))
+class RowColumns(TypedDict):
+    """One planned row as job_insert_one (and its unique twin) take it."""
+
+    kind: str
+    queue: str
+    args: str
+    state: str
+    priority: int
+    max_attempts: int
+    run_at: dt.datetime | None
+    metadata: str
+    tags: Sequence[str]
+    django_task: str | None
+    channels: Sequence[str]
+
+
+def job_insert_one(**columns: Unpack[RowColumns]) -> Query[JobSnapshot]:
+    return Query(JOB_INSERT_ONE, _insert_one_params(columns), _written(columns))
 
 
 def job_insert_one_unique(
-    *,
-    kind: str,
-    queue: str,
-    args: str,
-    state: str,
-    priority: int,
-    max_attempts: int,
-    run_at: dt.datetime | None,
-    metadata: str,
-    tags: Sequence[str],
-    django_task: str | None,
-    channels: Sequence[str],
-    unique_key: bytes,
-    unique_states: str,
+    *, unique_key: bytes, unique_states: str, **columns: Unpack[RowColumns]
 ) -> Query[JobSnapshot | None]:
     """The new row, or None when a live job holds `unique_key` (nothing was written)."""
-    values = {
-        "kind": kind,
-        "queue": queue,
-        "args": args,
-        "state": state,
-        "priority": priority,
-        "max_attempts": max_attempts,
-        "run_at": run_at,
-        "metadata": metadata,
-        "tags": list(tags),
-        "django_task": django_task,
-    }
     params = {
-        **values,
-        "tags": text_array(tags),
-        "channels": text_array(channels),
+        **_insert_one_params(columns),
         "unique_key": unique_key,
         "unique_states": unique_states,
     }
-    return Query(JOB_INSERT_ONE_UNIQUE, params, _written_or_none(values))
+    return Query(JOB_INSERT_ONE_UNIQUE, params, _written_or_none(columns))
 
 
-def _written(params: dict[str, Any]) -> Callable[[query.Rows, int], JobSnapshot]:
-    """The row job_insert_one wrote: its parameters, with the id and times the database
+def _insert_one_params(columns: RowColumns) -> dict[str, Any]:
+    """The columns as job_insert_one's parameters, its two arrays as literals."""
+    return {
+        **columns,
+        "tags": text_array(columns["tags"]),
+        "channels": text_array(columns["channels"]),
+    }
+
+
+def _written(columns: RowColumns) -> Callable[[query.Rows, int], JobSnapshot]:
+    """The row job_insert_one wrote: its columns, with the id and times the database
     chose. JSON columns are decoded from the text written (a worker reads jsonb's
     rendering of it, which may spell a number differently: 1e16 comes back 10000000000000000)."""
 
     def read(rows: query.Rows, count: int) -> JobSnapshot:
         job_id, run_at, created_at = rows[0]
-        task = params["django_task"]
+        task = columns["django_task"]
         return JobSnapshot(
             id=job_id,
-            kind=params["kind"],
-            queue=params["queue"],
-            args=json.loads(params["args"]),
-            state=str(params["state"]),  # a plain str, as read from the database
-            priority=params["priority"],
+            kind=columns["kind"],
+            queue=columns["queue"],
+            args=json.loads(columns["args"]),
+            state=str(columns["state"]),  # a plain str, as read from the database
+            priority=columns["priority"],
             attempt=0,
-            max_attempts=params["max_attempts"],
+            max_attempts=columns["max_attempts"],
             run_at=run_at,
             created_at=created_at,
             attempted_at=None,
             finalized_at=None,
             run_lease=0,
             errors=[],
-            metadata=json.loads(params["metadata"]),
-            tags=list(params["tags"]),
+            metadata=json.loads(columns["metadata"]),
+            tags=list(columns["tags"]),
             progress=None,
             callback_id=None,
             callback_timeout_at=None,
@@ -173,9 +145,9 @@ def _written(params: dict[str, Any]) -> Callable[[query.Rows, int], JobSnapshot]
     return read
 
 
-def _written_or_none(params: dict[str, Any]) -> Callable[[query.Rows, int], JobSnapshot | None]:
+def _written_or_none(columns: RowColumns) -> Callable[[query.Rows, int], JobSnapshot | None]:
     """`_written`, or None when the statement wrote nothing (a held unique key)."""
-    written = _written(params)
+    written = _written(columns)
     return lambda rows, count: written(rows, count) if rows else None
 
 

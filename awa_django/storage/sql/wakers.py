@@ -59,14 +59,15 @@ def waker_give_up(*, key: int, channel: str) -> Query[bool]:
     return Query(WAKER_GIVE_UP, {"key": key, "channel": channel}, _true)
 
 
-# The holder's own LISTEN on the queue's hint channel, and its end. No params: a channel is
-# an identifier, quoted by psycopg as the Listener quotes its own.
-def waker_listen(channel: str) -> Query[None]:
-    return Query(Statement("waker_listen", _on_channel("LISTEN", channel), False), {}, _none)
+# LISTEN and UNLISTEN on one channel: the Listener's set-up on each new session, and the
+# role holder's on the queue's hint channel. No params: a channel is an identifier, quoted
+# by psycopg.
+def listen(channel: str) -> Query[None]:
+    return Query(Statement("listen", _on_channel("LISTEN", channel), False), {}, _none)
 
 
-def waker_unlisten(channel: str) -> Query[None]:
-    return Query(Statement("waker_unlisten", _on_channel("UNLISTEN", channel), False), {}, _none)
+def unlisten(channel: str) -> Query[None]:
+    return Query(Statement("unlisten", _on_channel("UNLISTEN", channel), False), {}, _none)
 
 
 def _on_channel(command: str, channel: str) -> str:
