@@ -1,7 +1,9 @@
 """Batches `Completed` outcomes into one guarded statement (DESIGN §4 completer).
 
 Completions queue up while a flush is in flight, so the batch grows with the load without
-a timer. RETURNING tells each attempt whether its completion applied or was stale. A
+a timer. RETURNING tells each attempt whether its completion applied or was stale, with the whole
+committed row when a hook will read it; otherwise only the finalization time (the row
+is the claimed one with the completion's changes, for the counters). A
 batch the database refuses is retried row by row, so one value it cannot store fails only
 its own attempt (`OutcomeNotStored`), never its neighbours (DESIGN §5, per-job isolation).
 """
@@ -9,14 +11,22 @@ its own attempt (`OutcomeNotStored`), never its neighbours (DESIGN §5, per-job 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 
+from awa_django.events import Completed
 from awa_django.exceptions import OutcomeNotStored
+from awa_django.registry import registry
 from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState
+from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import Database, retry_transient
 from awa_django.worker.metrics import WorkerMetrics
@@ -24,6 +34,7 @@ from awa_django.worker.metrics import WorkerMetrics
 logger = logging.getLogger("awa_django.worker")
 
 BATCH_SIZE = 512
+T = TypeVar("T")
 
 Pending = tuple[JobSnapshot, str | None, "asyncio.Future[JobSnapshot | None]"]
 
@@ -83,21 +94,47 @@ class Completer:
         return len(applied)
 
     async def _flush(self, batch: list[Pending]) -> dict[int, JobSnapshot]:
-        query = jobs_sql.job_complete_many(
-            ids=[row.id for row, _, _ in batch],
-            leases=[row.run_lease for row, _, _ in batch],
-            results=[result for _, result, _ in batch],
-        )
+        ids = [row.id for row, _, _ in batch]
+        leases = [row.run_lease for row, _, _ in batch]
+        results = [result for _, result, _ in batch]
         began = time.monotonic()
-        rows = await retry_transient(
+        if any(registry.wants(row.kind, Completed) for row, _, _ in batch):
+            query = jobs_sql.job_complete_many(ids=ids, leases=leases, results=results)
+            rows = await self._run(query, batch)
+            applied = {row.id: row for row in rows or ()}
+        else:
+            lean = jobs_sql.job_complete_many_lean(ids=ids, leases=leases, results=results)
+            finalized = await self._run(lean, batch) or {}
+            applied = {
+                row.id: _completed(row, result, finalized[row.id])
+                for row, result, _ in batch
+                if row.id in finalized
+            }
+        self.metrics.flushed(len(batch), time.monotonic() - began)
+        return applied
+
+    async def _run(self, query: Query[T], batch: list[Pending]) -> T | None:
+        return await retry_transient(
             lambda: self.db.run(query), f"completing {len(batch)} jobs", self.forced
         )
-        self.metrics.flushed(len(batch), time.monotonic() - began)
-        return {row.id: row for row in rows or ()}
 
     def pending(self) -> int:
         """Completions queued and not yet taken by a flush."""
         return len(self._pending)
+
+
+def _completed(row: JobSnapshot, result: str | None, finalized_at: dt.datetime) -> JobSnapshot:
+    """The committed row of a completion that returned no row: what the completion wrote
+    over the claimed row. No hook reads it (that is why the row was not returned); the
+    counters read its kind and queue. Values a handler changed in place (its args or
+    metadata dicts), or a callback it registered, would show here, not in the database."""
+    return dataclasses.replace(
+        row,
+        state=str(JobState.COMPLETED),
+        finalized_at=finalized_at,
+        progress=None,
+        result=None if result is None else json.loads(result),
+    )
 
 
 def _settle(

@@ -2,9 +2,10 @@
 
 Built from `DATABASES[alias]` (OPTIONS included) so the worker talks to exactly the database
 Django does, with `application_name` naming the worker unless the user chose one. Every
-statement runs in autocommit: no transaction ever stays open while a handler runs, and no
-statement relies on session state, so the pool works through PgBouncer in transaction
-mode too. The only session feature, LISTEN, gets its own connection: `AWA["LISTEN_DATABASE"]`
+statement runs in autocommit: no transaction ever stays open while a handler runs. The one
+session state, each connection's lease epoch (decision 029), is optional: behind PgBouncer
+in transaction mode it is never set and claims stay durable, so the pool works there too.
+LISTEN, which needs a session of its own, gets its own connection: `AWA["LISTEN_DATABASE"]`
 (an alias or DSN that reaches PostgreSQL directly) or none at all (decision 020).
 """
 
@@ -23,6 +24,7 @@ from django.db import connections
 from psycopg.conninfo import conninfo_to_dict
 
 from awa_django.storage.query import Query
+from awa_django.storage.sql import leases as leases_sql
 
 logger = logging.getLogger("awa_django.worker")
 T = TypeVar("T")
@@ -141,11 +143,23 @@ def without_flush_wait(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The same connection, committing without waiting for the WAL flush.
 
     Only the heartbeat thread uses it (decision 006): a heartbeat lost in a server crash
-    only makes a lease look a little older. Claims must stay durable: a lost claim would
-    let the next claim hand out the same run_lease again.
+    only makes a lease look a little older. Claims do without the flush wait per statement,
+    and only where a lease epoch guarantees that a lost claim's run_lease is never handed
+    out again (decision 029).
     """
     options = f"{kwargs.get('options', '')} -c synchronous_commit=off".strip()
     return {**kwargs, "options": options}
+
+
+async def take_lease_epoch(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Give a new runtime connection its lease epoch, so that its claims commit without
+    the flush wait (decision 029). A server crash ends the connection, and the one opened
+    after it takes a later epoch. Without the sequence (a schema not yet migrated) or once
+    it is exhausted, the connection's claims stay durable."""
+    try:
+        await leases_sql.lease_epoch_take().arun(conn)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.SequenceGeneratorLimitExceeded) as exc:
+        logger.warning("claims stay durable on this connection: no lease epoch (%s)", exc)
 
 
 class Database:
@@ -163,10 +177,12 @@ class Database:
         self.kwargs = connection_kwargs(alias, application_name)
         # None: no LISTEN connection at all; the dispatchers' poll timer finds the work.
         self.listen_kwargs = listen_kwargs(listen, alias, application_name)
-        self.pool = self._pool(self.kwargs, max_size, "awa-worker")
+        self.pool = self._pool(self.kwargs, max_size, "awa-worker", self.pooled)
 
     @staticmethod
-    def _pool(kwargs: dict[str, Any], max_size: int, name: str) -> psycopg_pool.AsyncConnectionPool:
+    def _pool(
+        kwargs: dict[str, Any], max_size: int, name: str, pooled: bool
+    ) -> psycopg_pool.AsyncConnectionPool:
         return psycopg_pool.AsyncConnectionPool(
             kwargs=kwargs,
             min_size=1,
@@ -175,6 +191,9 @@ class Database:
             timeout=10.0,
             reconnect_timeout=0,  # never give up: a database outage is waited out
             name=name,
+            # Behind a transaction pooler a session setting would reach other clients and
+            # outlive a server restart unseen: claims there stay durable (decision 029).
+            configure=None if pooled else take_lease_epoch,
         )
 
     async def open(self) -> None:

@@ -207,7 +207,7 @@ def test_a_claim_is_planned_once_per_connection(
             conn.execute("ROLLBACK")
         plans = conn.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-            " WHERE statement LIKE '%%WITH candidates%%'"
+            " WHERE statement LIKE '%%candidates AS (%%'"
         ).fetchall()
         conn.execute("SET plan_cache_mode = force_generic_plan")
         conn.execute("BEGIN")

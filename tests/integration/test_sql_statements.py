@@ -293,6 +293,46 @@ def test_job_claim_many_bumps_attempt_and_run_lease_and_inserts_the_lease() -> N
     assert lease.deadline_at - lease.claimed_at == dt.timedelta(seconds=60)
 
 
+def test_job_claim_many_counts_on_from_an_epoch_run_lease_above_every_epoch() -> None:
+    """On a connection without a lease epoch (Django's, here) a claim counts run_lease on,
+    unless an epoch handed out the last one: a claim under an epoch that a crash lost had
+    a run_lease below the next epoch, so a durable claim must not count on from the row's
+    older value into it (decision 029)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval('awa_lease_epochs')")
+        (epoch,) = cursor.fetchone()
+    counted = JobFactory(run_lease=7)
+    under_epoch = JobFactory(run_lease=(epoch << 32) + 3)
+    leases = {row.id: row.run_lease for row in claim()}
+    assert leases[counted.id] == 8
+    assert leases[under_epoch.id] >= (epoch + 1) << 32  # above every epoch taken so far
+
+
+def test_lease_epoch_take_gives_each_connection_a_later_epoch_kept_in_its_session() -> None:
+    from awa_django.storage.sql.fragments import LEASE_EPOCH_SETTING
+
+    first = run(leases_sql.lease_epoch_take)
+    second = run(leases_sql.lease_epoch_take)
+    assert 0 < first < second
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT current_setting('{LEASE_EPOCH_SETTING}')")
+        assert cursor.fetchone() == (str(second),)
+        # The claim under it: run_lease from the epoch up, and no flush wait at its commit.
+        job = JobFactory(run_lease=4)
+        (row,) = claim()
+        assert row.id == job.id and row.run_lease == second << 32
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("off",)
+
+
+def test_job_claim_many_keeps_the_flush_wait_without_an_epoch() -> None:
+    JobFactory()
+    assert len(claim()) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("on",)
+
+
 def test_job_claim_many_without_deadline_leaves_deadline_null() -> None:
     job = JobFactory()
     claim(deadline=0)
@@ -377,6 +417,22 @@ def test_job_complete_many_is_one_statement(django_assert_num_queries: Any) -> N
     claimed = [running() for _ in range(20)]
     with django_assert_num_queries(1):
         assert len(complete([(r.id, r.run_lease) for r in claimed])) == 20
+
+
+def test_job_complete_many_lean_writes_the_same_and_answers_only_finalized_at() -> None:
+    a, b = running(progress={"percent": 50.0}), running()
+    stale = running()
+    finalized = run(
+        jobs_sql.job_complete_many_lean,
+        ids=[a.id, b.id, stale.id],
+        leases=[a.run_lease, b.run_lease, 99],
+        results=['{"ok": 1}', None, None],
+    )
+    assert finalized == {a.id: transaction_now(), b.id: transaction_now()}
+    done_a = snapshot(a.id)
+    assert (done_a["state"], done_a["progress"], done_a["result"]) == ("completed", None, {"ok": 1})
+    assert set(ActiveLease.objects.values_list("job_id", flat=True)) == {stale.id}
+    assert snapshot(stale.id)["state"] == "running"
 
 
 # -- job_complete_one ---------------------------------------------------------------------

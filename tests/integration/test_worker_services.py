@@ -20,9 +20,10 @@ from django.db import connection
 from django.utils import timezone
 
 from awa_django.conf import QueueConfig
-from awa_django.events import Event, Rescued
+from awa_django.events import Completed, Event, Rescued
 from awa_django.exceptions import OutcomeNotStored
 from awa_django.execution.context import JobContext
+from awa_django.registry import HookRegistration, registry
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
 from awa_django.storage.query import Query
@@ -191,7 +192,8 @@ def test_completer_batches_completions_into_one_statement_and_reports_stale_ones
         return list(await asyncio.gather(*waiting)), statements, applied
 
     results, statements, applied = with_db(step)
-    assert statements == ["job_complete_many"] and applied == 3
+    # No hook reads their Completed events: only the finalization times come back.
+    assert statements == ["job_complete_many_lean"] and applied == 3
     done_a, done_b, done_c, stale = results
     assert stale is None
     assert done_a is not None and (done_a.state, done_a.result) == ("completed", {"total": 3})
@@ -200,6 +202,42 @@ def test_completer_batches_completions_into_one_statement_and_reports_stale_ones
     assert Job.objects.get(id=c.id).result == "a plain string"
     assert Job.objects.get(id=d.id).state == "running"
     assert list(ActiveLease.objects.values_list("job_id", flat=True)) == [d.id]
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_the_completer_answers_the_committed_row_with_or_without_a_hook_to_read_it(
+    hooked: bool,
+) -> None:
+    """A batch with a kind whose Completed events a hook reads returns the whole rows; a
+    batch without builds them from the claimed rows. Either way the answer is the row the
+    database holds (handlers here change nothing in place)."""
+    JobFactory.create_batch(3, metadata={"trace": "t-1"}, tags=["a"])
+    claimed = claim()
+    results = ['{"total": 3}', None, '"done"']
+    hook = HookRegistration("core_svc", lambda event: None, frozenset({Completed}), None)
+    if hooked:
+        registry.add_hook(hook)
+
+    async def step(db: Database) -> tuple[list[JobSnapshot | None], list[str]]:
+        completer = Completer(db, forced=lambda: False)
+        statements = count_statements(db)
+        waiting = [
+            asyncio.ensure_future(completer.complete(row, result))
+            for row, result in zip(claimed, results, strict=True)
+        ]
+        await until(lambda: completer.pending() == 3)
+        await completer.run_once()
+        return list(await asyncio.gather(*waiting)), statements
+
+    try:
+        answered, statements = with_db(step)
+    finally:
+        registry.remove_hook(hook)
+    assert statements == ["job_complete_many" if hooked else "job_complete_many_lean"]
+    for row in answered:
+        assert row is not None
+        assert row == jobs_sql.job_get(id=row.id).run("default")
+        assert (row.state, row.metadata, row.tags) == ("completed", {"trace": "t-1"}, ["a"])
 
 
 def test_a_refused_completion_fails_only_its_own_attempt() -> None:
@@ -222,7 +260,7 @@ def test_a_refused_completion_fails_only_its_own_attempt() -> None:
 
     (done_a, refused, done_c, done_d), statements = with_db(step)
     # The batch, then each row alone: the neighbours complete once, on their first attempt.
-    assert statements == ["job_complete_many"] * 5
+    assert statements == ["job_complete_many_lean"] * 5
     assert isinstance(refused, OutcomeNotStored) and "Unicode" in str(refused)
     for done in (done_a, done_c, done_d):
         assert isinstance(done, JobSnapshot) and (done.state, done.attempt) == ("completed", 1)

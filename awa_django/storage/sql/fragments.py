@@ -19,6 +19,11 @@ J_JOB_COLUMNS = ", ".join(
     f"j.{name}::text AS {name}" if name in JSON_COLUMNS else f"j.{name}" for name in COLUMNS
 )
 
+# The session setting that holds a runtime connection's lease epoch (decision 029): set
+# when the connection opens (leases.lease_epoch_take), read by the claim, which then hands
+# out run_leases no lost claim can have handed out and commits without the flush wait.
+LEASE_EPOCH_SETTING = "awa.lease_epoch"
+
 # Wake-up hints ride on the statement that makes jobs available, so enqueue stays one round
 # trip: the uncorrelated sub-select runs once per statement (an InitPlan), never per row.
 # Params: channels text[] (empty for jobs that are not available yet). NOTIFY is delivered

@@ -18,6 +18,7 @@ from awa_django.storage.sql.arrays import int_array, text_array, timestamptz_arr
 from awa_django.storage.sql.fragments import (
     J_JOB_COLUMNS,
     JOB_COLUMNS,
+    LEASE_EPOCH_SETTING,
     NOTIFY_ONCE,
     UNIQUE_ARBITER,
     append_error,
@@ -243,9 +244,25 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 # candidates as an id array (`= ANY`, read through the primary key) rather than joining
 # them, so no plan can hash-join the candidates against the whole table.
 # The lease rows are inserted in the same statement, so every running job has a lease.
+# run_lease (decision 029): on a connection with a lease epoch (a worker's, not behind a
+# transaction pooler) at least epoch << 32, so no claim lost in a crash is handed out
+# again, and the claim commits without waiting for the WAL flush (`set_config(..., true)`
+# lasts until this statement's commit). Without one (Django's connection, a pooler) the
+# claim stays durable and counts on (+1), except from a run_lease an epoch handed out: then
+# it jumps above every epoch taken so far, which a lost claim's run_lease is below. The
+# epoch is a MATERIALIZED CTE so that set_config runs once per claim that updates a row.
+EPOCH_SPACE = 1 << 32  # run_leases from here up were handed out under a lease epoch
+
+
 def _claim_sql(after_floor: str, limit: str) -> str:
     return f"""
-WITH candidates AS (
+WITH lease_epoch AS MATERIALIZED (
+    SELECT epoch << 32 AS base,
+           CASE WHEN epoch IS NOT NULL
+                THEN set_config('synchronous_commit', 'off', true) END AS flush_wait
+    FROM (SELECT nullif(current_setting('{LEASE_EPOCH_SETTING}', true), '')::int8 AS epoch)
+         AS setting
+), candidates AS (
     SELECT id FROM awa_jobs_hot
     WHERE state = 'available' AND queue = %(queue)s AND run_at <= now(){after_floor}
       AND NOT EXISTS (SELECT 1 FROM awa_queue_state qs
@@ -255,7 +272,11 @@ WITH candidates AS (
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE awa_jobs_hot j
-    SET state = 'running', attempt = j.attempt + 1, run_lease = j.run_lease + 1,
+    SET state = 'running', attempt = j.attempt + 1,
+        run_lease = greatest(j.run_lease + 1, coalesce(
+            (SELECT base FROM lease_epoch),
+            CASE WHEN j.run_lease >= {EPOCH_SPACE}
+                 THEN (SELECT (last_value + 1) << 32 FROM awa_lease_epochs) END)),
         attempted_at = now(),
         attempted_by = (j.attempted_by || %(worker_id)s::varchar)[
             greatest(1, cardinality(j.attempted_by) - 8):]
@@ -330,9 +351,8 @@ def job_claim_many(
 # read awa_jobs_state_id_part_idx for 'running' and join the ids to it: that scan visits an
 # entry for every job ever claimed since the oldest open snapshot in the cluster, so under
 # a long transaction every completion slowed with the drain (decision 027).
-JOB_COMPLETE_MANY = Statement(
-    "job_complete_many",
-    f"""
+def _complete_many_sql(returning: str, selected: str) -> str:
+    return f"""
 WITH finished AS (
     UPDATE awa_jobs_hot j
     SET state = 'completed', finalized_at = now(), progress = NULL,
@@ -340,22 +360,49 @@ WITH finished AS (
     FROM unnest(%(ids)s::int8[], %(leases)s::int8[], %(results)s::text[])
          AS t(id, run_lease, result)
     WHERE j.id = t.id AND j.run_lease = t.run_lease AND j.state || '' = 'running'
-    RETURNING {J_JOB_COLUMNS}
+    RETURNING {returning}
 ), released AS (
     DELETE FROM awa_active_leases l USING finished f
     WHERE l.job_id = f.id AND l.run_lease = f.run_lease
 )
-SELECT * FROM finished
-""",
+SELECT {selected} FROM finished
+"""
+
+
+JOB_COMPLETE_MANY = Statement("job_complete_many", _complete_many_sql(J_JOB_COLUMNS, "*"))
+# The same completion, returning only what the database chose: for batches whose events
+# no hook reads (the completer builds their rows from the claimed ones). The whole rows
+# cost PostgreSQL their jsonb rendering and the worker their decoding: 10-15 us of
+# a job's ~200 us of CPU in a drain at concurrency 10 (docs/performance.md).
+JOB_COMPLETE_MANY_LEAN = Statement(
+    "job_complete_many_lean",
+    _complete_many_sql("j.id, j.run_lease, j.finalized_at", "id, finalized_at"),
 )
+
+
+def _complete_many_params(
+    ids: list[int], leases: list[int], results: list[str | None]
+) -> dict[str, str]:
+    return {"ids": int_array(ids), "leases": int_array(leases), "results": text_array(results)}
 
 
 def job_complete_many(
     *, ids: list[int], leases: list[int], results: list[str | None]
 ) -> Query[list[JobSnapshot]]:
     """Parallel lists, sorted by id; returns the rows whose completion applied."""
-    params = {"ids": int_array(ids), "leases": int_array(leases), "results": text_array(results)}
-    return Query(JOB_COMPLETE_MANY, params, query.jobs)
+    return Query(JOB_COMPLETE_MANY, _complete_many_params(ids, leases, results), query.jobs)
+
+
+def job_complete_many_lean(
+    *, ids: list[int], leases: list[int], results: list[str | None]
+) -> Query[dict[int, dt.datetime]]:
+    """job_complete_many, answering only {id: finalized_at} of the completions that applied."""
+    params = _complete_many_params(ids, leases, results)
+    return Query(JOB_COMPLETE_MANY_LEAN, params, _finalized_at)
+
+
+def _finalized_at(rows: query.Rows, count: int) -> dict[int, dt.datetime]:
+    return {job_id: finalized_at for job_id, finalized_at in rows}
 
 
 # Params: id, run_lease, result (json text or NULL). job_complete_many for one attempt that

@@ -5,6 +5,32 @@ from __future__ import annotations
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
+from awa_django.storage.sql.fragments import LEASE_EPOCH_SETTING
+
+# No params. Run once on each runtime connection as it opens, in autocommit, before any
+# claim (decision 029). Takes the next lease epoch and keeps it in the session, where the
+# claim reads it. The epoch must be on disk before a claim uses it: nextval alone may not
+# write WAL (it logs 32 values ahead) and a transaction without an xid commits without
+# flushing, so pg_current_xact_id() gives this one an xid, and its commit then flushes
+# the WAL up to its own record, the sequence's advance included. So no epoch is ever
+# handed out twice, whatever a crash loses afterwards.
+LEASE_EPOCH_TAKE = Statement(
+    "lease_epoch_take",
+    f"""
+SELECT set_config('{LEASE_EPOCH_SETTING}', nextval('awa_lease_epochs')::text, false)::int8,
+       pg_current_xact_id()
+""",
+)
+
+
+def lease_epoch_take() -> Query[int]:
+    """The epoch this connection's claims now use."""
+    return Query(LEASE_EPOCH_TAKE, {}, _epoch)
+
+
+def _epoch(rows: query.Rows, count: int) -> int:
+    return int(rows[0][0])
+
 
 # Params: ids int8[], leases int8[] (sorted by id: one lock order for every writer).
 # Touches only the narrow lease table (primary key lookups); returns the pairs still owned,
