@@ -40,7 +40,7 @@ def _pause_past_rescue(start_worker, job_id: int):
     second = start_worker("--queue", "acc=1", "--worker-id", "second")
     wait_until(lambda: state_of(job_id) == "completed", timeout=30, what="rescue and re-run")
     done = Job.objects.get(id=job_id)
-    assert done.run_lease == 2 and done.attempted_by[-1] == "second"
+    assert done.attempt == 2 and done.attempted_by[-1] == "second"
     first.signal(signal.SIGCONT)
     wait_until(lambda: "is stale" in first.output(), timeout=20, what="stale outcome log")
     return first, second, done
@@ -52,16 +52,20 @@ def test_a_rescued_atomic_handler_leaves_one_row_and_one_follow_up(start_worker)
     # The first attempt wrote its invoice and ran past its guard: its transaction rolled
     # back, so only the second attempt's invoice exists.
     leases = sorted(Execution.objects.filter(job_id=job.id).values_list("run_lease", flat=True))
-    assert leases == [1, 2]
+    assert len(leases) == 2 and leases[-1] == done.run_lease  # one run per claim
     invoices = list(Invoice.objects.filter(order_id=71).values_list("run_lease", "pid"))
-    assert invoices == [(2, second.pid)]
+    assert invoices == [(done.run_lease, second.pid)]
     after = Job.objects.get(id=job.id)
-    assert (after.state, after.run_lease, after.finalized_at) == ("completed", 2, done.finalized_at)
+    assert (after.state, after.run_lease, after.finalized_at) == (
+        "completed",
+        done.run_lease,
+        done.finalized_at,
+    )
     assert len(follow_ups(71)) == 1  # enqueued with the one completion that committed
     wait_until(lambda: follow_ups(71)[0].state == "completed", what="the follow-up job")
     assert first.stop() == 0 and second.stop() == 0
     completions = HookCall.objects.filter(job_id=job.id, event="Completed")
-    assert list(completions.values_list("pid", "run_lease")) == [(second.pid, 2)]
+    assert list(completions.values_list("pid", "run_lease")) == [(second.pid, done.run_lease)]
 
 
 def test_a_stale_plain_completion_enqueues_no_follow_up(start_worker):

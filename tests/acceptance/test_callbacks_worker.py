@@ -66,7 +66,7 @@ def test_wait_for_callback_resumes_the_handler_in_place(start_worker, args):
     assert finished.result == {"payload": {"answer": 42}}
     # The payload was taken from its own column: nothing is left behind, in it or metadata.
     assert finished.callback_result is None and finished.metadata == {}
-    assert finished.run_lease == 1  # resumed in place, not re-run
+    assert finished.attempt == 1  # resumed in place, not re-run
     assert worker.stop() == 0
 
 
