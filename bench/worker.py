@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -24,6 +25,25 @@ from . import procfs
 REPO = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT = 30.0
 PR_SET_CHILD_SUBREAPER = 36
+
+
+# A deployed worker imports compiled bytecode (pip compiles what it installs). With
+# PYTHONDONTWRITEBYTECODE set in the caller's shell, every worker start would compile the
+# project's ~180 modules from source first (0.2 s of a 0.5 s start-up, measured): the
+# workers write and read theirs under this prefix instead, outside the tree, compiled once
+# per bench run before the first start (compile_bytecode).
+BYTECODE_ENV = {"PYTHONPYCACHEPREFIX": str(Path(tempfile.gettempdir()) / "awa-bench-pycache")}
+
+
+@functools.cache
+def compile_bytecode() -> None:
+    """Compile the project's modules under BYTECODE_ENV's prefix, once per bench run."""
+    env = {**os.environ, **BYTECODE_ENV}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    sources = ["awa_django", "bench", "testproject", "manage.py"]
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", *sources], cwd=REPO, env=env, check=True
+    )
 
 
 class WorkerFailed(RuntimeError):
@@ -57,7 +77,13 @@ class WorkerProcess:
         # the caller's shell.
         opt_in = ("AWA_BENCH_SLOW_HOOK", "AWA_BENCH_OTEL")
         inherited = {k: v for k, v in os.environ.items() if k not in opt_in}
-        self.env = {**inherited, "DJANGO_SETTINGS_MODULE": "bench.settings", **(extra_env or {})}
+        self.env = {
+            **inherited,
+            **BYTECODE_ENV,
+            "DJANGO_SETTINGS_MODULE": "bench.settings",
+            **(extra_env or {}),
+        }
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.process: subprocess.Popen[bytes] | None = None
         self.profile_to = profile_to
         self.profiler: subprocess.Popen[bytes] | None = None
@@ -67,6 +93,7 @@ class WorkerProcess:
 
     # -- lifecycle ----------------------------------------------------------------------
     def __enter__(self) -> WorkerProcess:
+        compile_bytecode()
         become_subreaper()
         self._log = tempfile.NamedTemporaryFile(prefix="awa-bench-worker-", suffix=".log")
         self.started_at = time.time()

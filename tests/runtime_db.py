@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from awa_django.storage.sql.jobs import EPOCH_SPACE
+from awa_django.storage.sql.fragments import EPOCH_SPACE
 from awa_django.worker.database import Database
 
 T = TypeVar("T")
@@ -28,5 +28,5 @@ def with_db(step: Callable[[Database], Awaitable[T]]) -> T:
 
 def first_claim(run_lease: int) -> bool:
     """Whether `run_lease` is what a job's first claim hands out: 1 on Django's connection
-    (counted on from 0), `epoch << 32` on a worker's (decision 029)."""
+    (counted on from 0), `epoch * EPOCH_SPACE` on a worker's (decision 029)."""
     return run_lease == 1 or (run_lease > 0 and run_lease % EPOCH_SPACE == 0)

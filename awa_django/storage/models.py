@@ -313,6 +313,21 @@ class LeaderLease(models.Model):
         return f"{self.name} held by {self.holder}"
 
 
+class LeaseEpoch(models.Model):
+    """The last lease epoch handed out (decision 029): one row, raised by one and committed
+    to disk each time a worker connection opens. Claims on that connection hand out
+    run_leases from `epoch * EPOCH_SPACE` up, so no claim lost in a crash repeats."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    epoch = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "awa_lease_epochs"
+
+    def __str__(self) -> str:
+        return f"lease epoch {self.epoch}"
+
+
 class CronSchedule(models.Model):
     """One cron schedule, synced from its `periodic(...)` declaration by the maintenance
     leader. The leader updates the definition fields, never `paused` nor `last_fire_at`:

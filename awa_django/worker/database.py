@@ -154,12 +154,18 @@ def without_flush_wait(kwargs: dict[str, Any]) -> dict[str, Any]:
 async def take_lease_epoch(conn: psycopg.AsyncConnection[Any]) -> None:
     """Give a new runtime connection its lease epoch, so that its claims commit without
     the flush wait (decision 029). A server crash ends the connection, and the one opened
-    after it takes a later epoch. Without the sequence (a schema not yet migrated) or once
-    it is exhausted, the connection's claims stay durable."""
+    after it takes a later epoch. Where none can be taken (no right to update the table,
+    or none left) the connection's claims stay durable; a connection error propagates, so
+    the pool discards the connection and opens another."""
     try:
-        await leases_sql.lease_epoch_take().arun(conn)
-    except (psycopg.errors.UndefinedTable, psycopg.errors.SequenceGeneratorLimitExceeded) as exc:
+        epoch = await leases_sql.lease_epoch_take().arun(conn)
+    except psycopg.OperationalError:
+        raise
+    except psycopg.DatabaseError as exc:
         logger.warning("claims stay durable on this connection: no lease epoch (%s)", exc)
+        return
+    if epoch is None:
+        logger.warning("claims stay durable on this connection: the lease epochs ran out")
 
 
 class Database:

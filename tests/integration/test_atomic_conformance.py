@@ -123,7 +123,7 @@ def opted_out(job: JobContext[OptedOut]) -> Any:
 
 def invoices() -> list[tuple[int, int]]:
     """(order id, 1) for each invoice a job's first attempt wrote (its run_lease is 1 inline
-    and epoch << 32 in a worker), (order id, run_lease) for any other."""
+    and epoch * EPOCH_SPACE in a worker), (order id, run_lease) for any other."""
     rows = Invoice.objects.values_list("order_id", "run_lease")
     return [(order, 1 if first_claim(lease) else lease) for order, lease in rows]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -18,7 +19,8 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
-from awa_django.storage.sql.jobs import EPOCH_SPACE
+from awa_django.storage.sql import leases as leases_sql
+from awa_django.storage.sql.fragments import EPOCH_SPACE
 from awa_django.worker.database import Database
 from tests.factories import JobFactory as BaseJobFactory
 from tests.runtime_db import with_db
@@ -100,7 +102,23 @@ def test_worker_claims_take_a_later_epoch_on_every_new_connection() -> None:
     JobFactory.create_batch(2)
     first = worker_claim()
     second = worker_claim()
-    assert first.run_lease >> 32 < second.run_lease >> 32
+    assert first.run_lease // EPOCH_SPACE < second.run_lease // EPOCH_SPACE
+
+
+def test_an_epoch_is_on_disk_before_the_take_returns_even_without_synchronous_commit() -> None:
+    """A connection whose session commits without the flush wait (a user's OPTIONS, a
+    role or server default) still gets an epoch no crash can lose: the take's commit
+    waits for the flush of its own WAL (the insert position read right after it)."""
+    kwargs = Database("default", "awa-test-epoch", max_size=1).kwargs
+    options = f"{kwargs.get('options', '')} -c synchronous_commit=off".strip()
+    with psycopg.connect(**{**kwargs, "options": options}) as conn:
+        for _ in range(5):
+            epoch = leases_sql.lease_epoch_take().run_on(conn)
+            flushed, written = conn.execute(
+                "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn(),"
+                " current_setting('synchronous_commit')"
+            ).fetchone()
+            assert epoch is not None and flushed and written == "off"
 
 
 # -- migration 0011 -----------------------------------------------------------------------

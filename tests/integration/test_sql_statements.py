@@ -31,6 +31,7 @@ from awa_django.storage.models import (
     CronSchedule,
     Job,
     LeaderLease,
+    LeaseEpoch,
     QueueState,
     WorkerInstance,
 )
@@ -45,7 +46,12 @@ from awa_django.storage.sql import rollups as rollups_sql
 from awa_django.storage.sql import unique as unique_sql
 from awa_django.storage.sql import wakers as wakers_sql
 from awa_django.storage.sql import workers as workers_sql
-from awa_django.storage.sql.fragments import ERRORS_KEPT
+from awa_django.storage.sql.fragments import (
+    EPOCH_SPACE,
+    ERRORS_KEPT,
+    LAST_EPOCH,
+    LEASE_EPOCH_SETTING,
+)
 from tests.factories import JobFactory as BaseJobFactory
 from tests.integration import test_observability
 
@@ -298,39 +304,38 @@ def test_job_claim_many_counts_on_from_an_epoch_run_lease_above_every_epoch() ->
     unless an epoch handed out the last one: a claim under an epoch that a crash lost had
     a run_lease below the next epoch, so a durable claim must not count on from the row's
     older value into it (decision 029)."""
+    epoch = run(leases_sql.lease_epoch_take)
+    assert epoch is not None
     with connection.cursor() as cursor:
-        cursor.execute("SELECT nextval('awa_lease_epochs')")
-        (epoch,) = cursor.fetchone()
+        cursor.execute(f"SELECT set_config('{LEASE_EPOCH_SETTING}', '', false)")  # forget it
     counted = JobFactory(run_lease=7)
-    under_epoch = JobFactory(run_lease=(epoch << 32) + 3)
+    under_epoch = JobFactory(run_lease=epoch * EPOCH_SPACE + 3)
     leases = {row.id: row.run_lease for row in claim()}
     assert leases[counted.id] == 8
-    assert leases[under_epoch.id] >= (epoch + 1) << 32  # above every epoch taken so far
+    assert leases[under_epoch.id] == (epoch + 1) * EPOCH_SPACE  # above every epoch taken
 
 
 def test_lease_epoch_take_gives_each_connection_a_later_epoch_kept_in_its_session() -> None:
-    from awa_django.storage.sql.fragments import LEASE_EPOCH_SETTING
-
     first = run(leases_sql.lease_epoch_take)
     second = run(leases_sql.lease_epoch_take)
-    assert 0 < first < second
+    assert first is not None and second is not None and 0 < first < second
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT current_setting('{LEASE_EPOCH_SETTING}')")
         assert cursor.fetchone() == (str(second),)
         # The claim under it: run_lease from the epoch up, and no flush wait at its commit.
         job = JobFactory(run_lease=4)
         (row,) = claim()
-        assert row.id == job.id and row.run_lease == second << 32
+        assert row.id == job.id and row.run_lease == second * EPOCH_SPACE
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone() == ("off",)
 
 
-def test_job_claim_many_keeps_the_flush_wait_without_an_epoch() -> None:
-    JobFactory()
-    assert len(claim()) == 1
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW synchronous_commit")
-        assert cursor.fetchone() == ("on",)
+def test_lease_epoch_take_restores_its_row_and_stops_at_the_last_epoch() -> None:
+    LeaseEpoch.objects.all().delete()  # what `flush` leaves (with no job either)
+    assert run(leases_sql.lease_epoch_take) == 1
+    LeaseEpoch.objects.update(epoch=LAST_EPOCH)
+    assert run(leases_sql.lease_epoch_take) is None
+    assert LeaseEpoch.objects.get().epoch == LAST_EPOCH
 
 
 def test_job_claim_many_without_deadline_leaves_deadline_null() -> None:

@@ -23,6 +23,13 @@ J_JOB_COLUMNS = ", ".join(
 # when the connection opens (leases.lease_epoch_take), read by the claim, which then hands
 # out run_leases no lost claim can have handed out and commits without the flush wait.
 LEASE_EPOCH_SETTING = "awa.lease_epoch"
+# Claims under epoch e hand out run_leases from e * EPOCH_SPACE up: below the next epoch's
+# base unless one job is claimed 2**24 times on one connection, which lives an hour at most
+# (the pool's max_lifetime). Run_leases below EPOCH_SPACE were counted on by durable claims.
+# 2**24 rather than 2**32 keeps run_leases exact as JSON doubles (below 2**53) for the
+# first 2**29 epochs. LAST_EPOCH keeps epoch * EPOCH_SPACE inside int8.
+EPOCH_SPACE = 1 << 24
+LAST_EPOCH = (1 << 31) - 2
 
 # Wake-up hints ride on the statement that makes jobs available, so enqueue stays one round
 # trip: the uncorrelated sub-select runs once per statement (an InitPlan), never per row.

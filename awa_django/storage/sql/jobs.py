@@ -16,6 +16,7 @@ from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql.arrays import int_array, text_array, timestamptz_array
 from awa_django.storage.sql.fragments import (
+    EPOCH_SPACE,
     J_JOB_COLUMNS,
     JOB_COLUMNS,
     LEASE_EPOCH_SETTING,
@@ -245,19 +246,17 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 # them, so no plan can hash-join the candidates against the whole table.
 # The lease rows are inserted in the same statement, so every running job has a lease.
 # run_lease (decision 029): on a connection with a lease epoch (a worker's, not behind a
-# transaction pooler) at least epoch << 32, so no claim lost in a crash is handed out
-# again, and the claim commits without waiting for the WAL flush (`set_config(..., true)`
-# lasts until this statement's commit). Without one (Django's connection, a pooler) the
-# claim stays durable and counts on (+1), except from a run_lease an epoch handed out: then
-# it jumps above every epoch taken so far, which a lost claim's run_lease is below. The
-# epoch is a MATERIALIZED CTE so that set_config runs once per claim that updates a row.
-EPOCH_SPACE = 1 << 32  # run_leases from here up were handed out under a lease epoch
-
-
+# transaction pooler) at least epoch * EPOCH_SPACE, so no claim lost in a crash is handed
+# out again, and the claim commits without waiting for the WAL flush (`set_config(...,
+# true)` lasts until this statement's commit). Without one (Django's connection, a pooler)
+# the claim stays durable and counts on (+1), except from a run_lease an epoch handed out:
+# then it jumps above every epoch taken so far, which a lost claim's run_lease is below.
+# The epoch is a MATERIALIZED CTE so that set_config runs once per claim that updates a
+# row (never for an empty claim, which writes nothing anyway).
 def _claim_sql(after_floor: str, limit: str) -> str:
     return f"""
 WITH lease_epoch AS MATERIALIZED (
-    SELECT epoch << 32 AS base,
+    SELECT epoch * {EPOCH_SPACE} AS base,
            CASE WHEN epoch IS NOT NULL
                 THEN set_config('synchronous_commit', 'off', true) END AS flush_wait
     FROM (SELECT nullif(current_setting('{LEASE_EPOCH_SETTING}', true), '')::int8 AS epoch)
@@ -275,8 +274,9 @@ WITH lease_epoch AS MATERIALIZED (
     SET state = 'running', attempt = j.attempt + 1,
         run_lease = greatest(j.run_lease + 1, coalesce(
             (SELECT base FROM lease_epoch),
-            CASE WHEN j.run_lease >= {EPOCH_SPACE}
-                 THEN (SELECT (last_value + 1) << 32 FROM awa_lease_epochs) END)),
+            CASE WHEN j.run_lease + 1 >= {EPOCH_SPACE}
+                 THEN (SELECT (epoch + 1) * {EPOCH_SPACE} FROM awa_lease_epochs
+                       WHERE id = 1) END)),
         attempted_at = now(),
         attempted_by = (j.attempted_by || %(worker_id)s::varchar)[
             greatest(1, cardinality(j.attempted_by) - 8):]

@@ -5,31 +5,39 @@ from __future__ import annotations
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
-from awa_django.storage.sql.fragments import LEASE_EPOCH_SETTING
+from awa_django.storage.sql.fragments import LAST_EPOCH, LEASE_EPOCH_SETTING
 
 # No params. Run once on each runtime connection as it opens, in autocommit, before any
-# claim (decision 029). Takes the next lease epoch and keeps it in the session, where the
-# claim reads it. The epoch must be on disk before a claim uses it: nextval alone may not
-# write WAL (it logs 32 values ahead) and a transaction without an xid commits without
-# flushing, so pg_current_xact_id() gives this one an xid, and its commit then flushes
-# the WAL up to its own record, the sequence's advance included. So no epoch is ever
-# handed out twice, whatever a crash loses afterwards.
+# claim (decision 029). Raises the epoch and keeps it in the session, where the claim reads
+# it. The epoch must be on disk before a claim uses it, so that no crash can hand it out
+# twice: the row's update writes WAL, and this transaction's commit waits for its flush
+# even where the session, role or server default is `synchronous_commit = off` (`local`
+# then, for this transaction only; a stronger setting stays). The upsert restores the row
+# if the table was emptied (a `flush`, which empties the jobs with it). The epoch stops
+# below 2**31 - 1, so the claims' `epoch * 2**24` can never overflow int8: past it the
+# update matches nothing and the connection's claims stay durable.
 LEASE_EPOCH_TAKE = Statement(
     "lease_epoch_take",
     f"""
-SELECT set_config('{LEASE_EPOCH_SETTING}', nextval('awa_lease_epochs')::text, false)::int8,
-       pg_current_xact_id()
+WITH durable AS MATERIALIZED (
+    SELECT CASE WHEN current_setting('synchronous_commit') = 'off'
+                THEN set_config('synchronous_commit', 'local', true) END AS setting
+)
+INSERT INTO awa_lease_epochs AS e (id, epoch) VALUES (1, 1)
+ON CONFLICT (id) DO UPDATE SET epoch = e.epoch + 1 WHERE e.epoch < {LAST_EPOCH}
+RETURNING set_config('{LEASE_EPOCH_SETTING}', e.epoch::text, false)::int8,
+          (SELECT setting FROM durable)
 """,
 )
 
 
-def lease_epoch_take() -> Query[int]:
-    """The epoch this connection's claims now use."""
+def lease_epoch_take() -> Query[int | None]:
+    """The epoch this connection's claims now use (None: none left, claims stay durable)."""
     return Query(LEASE_EPOCH_TAKE, {}, _epoch)
 
 
-def _epoch(rows: query.Rows, count: int) -> int:
-    return int(rows[0][0])
+def _epoch(rows: query.Rows, count: int) -> int | None:
+    return int(rows[0][0]) if rows else None
 
 
 # Params: ids int8[], leases int8[] (sorted by id: one lock order for every writer).
