@@ -114,10 +114,12 @@ def test_an_epoch_is_on_disk_before_the_take_returns_even_without_synchronous_co
     with psycopg.connect(**{**kwargs, "options": options}) as conn:
         for _ in range(5):
             epoch = leases_sql.lease_epoch_take().run_on(conn)
-            flushed, written = conn.execute(
+            answer = conn.execute(
                 "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn(),"
                 " current_setting('synchronous_commit')"
             ).fetchone()
+            assert answer is not None
+            flushed, written = answer
             assert epoch is not None and flushed and written == "off"
 
 
