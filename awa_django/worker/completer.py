@@ -11,10 +11,10 @@ its own attempt (`OutcomeNotStored`), never its neighbours (DESIGN §5, per-job 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import json
 import logging
+import operator
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,7 +24,7 @@ import psycopg
 from awa_django.events import Completed
 from awa_django.exceptions import OutcomeNotStored
 from awa_django.registry import registry
-from awa_django.snapshot import JobSnapshot
+from awa_django.snapshot import COLUMNS, JobSnapshot
 from awa_django.states import JobState
 from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
@@ -128,13 +128,18 @@ def _completed(row: JobSnapshot, result: str | None, finalized_at: dt.datetime) 
     over the claimed row. No hook reads it (that is why the row was not returned); the
     counters read its kind and queue. Values a handler changed in place (its args or
     metadata dicts), or a callback it registered, would show here, not in the database."""
-    return dataclasses.replace(
-        row,
-        state=str(JobState.COMPLETED),
-        finalized_at=finalized_at,
-        progress=None,
-        result=None if result is None else json.loads(result),
-    )
+    values = list(_ALL_COLUMNS(row))  # dataclasses.replace took twice as long (6 us)
+    values[_STATE] = str(JobState.COMPLETED)
+    values[_FINALIZED_AT] = finalized_at
+    values[_PROGRESS] = None
+    values[_RESULT] = None if result is None else json.loads(result)
+    return JobSnapshot(*values)
+
+
+_ALL_COLUMNS = operator.attrgetter(*COLUMNS)
+_STATE, _FINALIZED_AT, _PROGRESS, _RESULT = (
+    COLUMNS.index(name) for name in ("state", "finalized_at", "progress", "result")
+)
 
 
 def _settle(
