@@ -29,7 +29,7 @@ PR_SET_CHILD_SUBREAPER = 36
 
 # A deployed worker imports compiled bytecode (pip compiles what it installs). With
 # PYTHONDONTWRITEBYTECODE set in the caller's shell, every worker start would compile the
-# project's ~180 modules from source first (0.2 s of a 0.5 s start-up, measured), so the
+# project's ~180 modules from source first (0.1 s of a 0.5 s start-up, measured), so the
 # workers run without it, and the project's bytecode is compiled once per bench run before
 # the first start (into the __pycache__ directories git ignores; the venv's came with pip).
 @functools.cache
