@@ -1,5 +1,6 @@
 """The floor: a minimal hand-written claim-100/complete-100 loop in psycopg (`floor`), and
-the same loop ten at a time (`floor_10`: the batches of a worker of concurrency 10).
+the same loop ten at a time (`floor_10`: the batches of a worker of concurrency 10); and
+the worker's own statements in a bare loop (`floor_statements`).
 
 It runs on a scratch copy of `awa_jobs_hot` (same columns and indexes) so it shows what
 this PostgreSQL can do at best with the same row shape, with none of the queue's
@@ -8,11 +9,15 @@ guarantees (no leases, no run_lease guard on completion, no events).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from typing import Any
 
 import psycopg
+
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.worker.database import take_lease_epoch
 
 from .database import conninfo
 
@@ -116,4 +121,63 @@ def run_enqueue_floor(n_one: int, n_many: int) -> dict[str, Any]:
         "jobs_per_s": round(n_one / one, 1),
         "copy_jobs": n_many,
         "copy_jobs_per_s": round(n_many / many, 1),
+    }
+
+
+# -- the worker's own statements, without the worker ---------------------------------------
+_FILL_HOT = """
+INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts, run_at,
+                          created_at, run_lease, errors, metadata, tags, attempted_by)
+SELECT 'bench_async', 'bench', jsonb_build_object('n', g), 'available', 2, 0, 25, now(),
+       now(), 0, '[]', '{}', '{}', '{}'
+FROM generate_series(1, %(n)s) g
+"""
+
+
+def run_statement_floor(n: int, batch: int = 10) -> dict[str, Any]:
+    """Drain `n` rows of awa_jobs_hot with the worker's own claim and lean completion, their
+    rows decoded as the worker decodes them, each batch's completion on a second connection
+    while the next claim runs, as the worker overlaps them; the claim's connection holds a
+    lease epoch, as a worker's does. No dispatcher, executor, events or pool: what the
+    statements alone allow, to read the worker's drain against."""
+    with psycopg.connect(**conninfo(), autocommit=True) as conn:
+        conn.execute(_FILL_HOT, {"n": n})
+        conn.execute("VACUUM ANALYZE awa_jobs_hot")
+    return asyncio.run(_drain_statements(n, batch))
+
+
+async def _drain_statements(n: int, batch: int) -> dict[str, Any]:
+    claims = await psycopg.AsyncConnection.connect(**conninfo(), autocommit=True)
+    completions = await psycopg.AsyncConnection.connect(**conninfo(), autocommit=True)
+    await take_lease_epoch(claims)
+    done = 0
+    flushing: asyncio.Future[dict[int, dt.datetime]] | None = None
+    began = time.perf_counter()
+    try:
+        while True:
+            rows = await jobs_sql.job_claim_many(
+                queue="bench", limit=batch, worker_id="floor", deadline_seconds=0
+            ).arun(claims)
+            if flushing is not None:
+                done += len(await flushing)
+            if not rows:
+                break
+            rows.sort(key=lambda row: row.id)
+            lean = jobs_sql.job_complete_many_lean(
+                ids=[row.id for row in rows],
+                leases=[row.run_lease for row in rows],
+                results=[None] * len(rows),
+            )
+            flushing = asyncio.ensure_future(lean.arun(completions))
+        elapsed = time.perf_counter() - began
+    finally:
+        await claims.close()
+        await completions.close()
+    if done != n:
+        raise RuntimeError(f"statement floor completed {done} of {n} rows")
+    return {
+        "jobs": n,
+        "batch": batch,
+        "jobs_per_s": round(n / elapsed, 1),
+        "elapsed_s": round(elapsed, 3),
     }

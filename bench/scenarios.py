@@ -28,7 +28,7 @@ from .benchapp.jobs import (
     PickupSync,
 )
 from .bulk import bulk_control, bulk_retry, bulk_retry_paced, bulk_retry_unpaced
-from .floor import run_enqueue_floor, run_floor
+from .floor import run_enqueue_floor, run_floor, run_statement_floor
 from .herd import herd
 from .soak import soak
 from .stats import latency_ms
@@ -115,6 +115,17 @@ def floor_10(options: Options) -> dict[str, Any]:
     10, with none of the queue's work (leases, whole rows returned, guards, events)."""
     db.reset()
     return run_floor(options.jobs, batch=10)
+
+
+def floor_statements(options: Options) -> dict[str, Any]:
+    """The worker's claim and lean completion of a worker of concurrency
+    `options.concurrency`, in a bare loop (bench/floor.py): the drain's ceiling with the
+    queue's guarantees, without its Python."""
+    db.reset()
+    return {
+        **run_statement_floor(options.jobs, options.concurrency),
+        "concurrency": options.concurrency,
+    }
 
 
 def floor_pinned(options: Options) -> dict[str, Any]:
@@ -388,6 +399,7 @@ SCENARIOS: dict[str, Scenario] = {
     "enqueue_many_unique": enqueue_many_unique,
     "floor": floor,
     "floor_10": floor_10,
+    "floor_statements": floor_statements,
     "floor_enqueue": floor_enqueue,
     "drain_async": drain(BenchAsync),
     "slow_hook": drain(BenchAsync, slow_hook="async"),
@@ -434,7 +446,7 @@ GROUPS = {
     ],
     "drain": ["drain_async", "drain_sync", "drain_async_p2", "drain_sync_p2"],
     # A worker of concurrency 10 beside the hand-written floor in its batch size (issue 13).
-    "floors": ["floor_10", "drain_async", "floor"],
+    "floors": ["floor_10", "floor_statements", "drain_async", "floor"],
     # Scaling with worker processes (issue 13): one, two and four of concurrency 10.
     "scaling": ["drain_async", "drain_async_p2", "drain_async_p4"],
     "pinned": ["drain_async_pinned", "floor_pinned"],
