@@ -62,8 +62,13 @@ def run_floor(n: int, batch: int = 100) -> dict[str, Any]:
         done = _drain(conn, _claim(batch))
         elapsed = time.perf_counter() - began
         conn.execute(f"DROP TABLE {TABLE}")
+    return _rate("floor loop", n, done, batch, elapsed)
+
+
+def _rate(loop: str, n: int, done: int, batch: int, elapsed: float) -> dict[str, Any]:
+    """A floor's line: all `n` rows or an error."""
     if done != n:
-        raise RuntimeError(f"floor loop completed {done} of {n} rows")
+        raise RuntimeError(f"{loop} completed {done} of {n} rows")
     return {
         "jobs": n,
         "batch": batch,
@@ -173,11 +178,4 @@ async def _drain_statements(n: int, batch: int) -> dict[str, Any]:
     finally:
         await claims.close()
         await completions.close()
-    if done != n:
-        raise RuntimeError(f"statement floor completed {done} of {n} rows")
-    return {
-        "jobs": n,
-        "batch": batch,
-        "jobs_per_s": round(n / elapsed, 1),
-        "elapsed_s": round(elapsed, 3),
-    }
+    return _rate("statement floor", n, done, batch, elapsed)
