@@ -27,8 +27,12 @@ _CREATE = f"""
 DROP TABLE IF EXISTS {TABLE};
 CREATE TABLE {TABLE} (LIKE awa_jobs_hot INCLUDING ALL);
 """
-_FILL = f"""
-INSERT INTO {TABLE} (kind, queue, args, state, priority, attempt, max_attempts, run_at,
+
+
+def _fill(table: str) -> str:
+    """`n` available no-op jobs of queue `bench` into `table` (awa_jobs_hot or its copy)."""
+    return f"""
+INSERT INTO {table} (kind, queue, args, state, priority, attempt, max_attempts, run_at,
                      created_at, run_lease, errors, metadata, tags, attempted_by)
 SELECT 'bench_async', 'bench', jsonb_build_object('n', g), 'available', 2, 0, 25, now(),
        now(), 0, '[]', '{{}}', '{{}}', '{{}}'
@@ -79,7 +83,7 @@ def _rate(loop: str, n: int, done: int, batch: int, elapsed: float) -> dict[str,
 
 def _prepare(conn: psycopg.Connection[Any], n: int) -> None:
     conn.execute(_CREATE)
-    conn.execute(_FILL, {"n": n})
+    conn.execute(_fill(TABLE), {"n": n})
     conn.execute(f"ANALYZE {TABLE}")
 
 
@@ -130,13 +134,6 @@ def run_enqueue_floor(n_one: int, n_many: int) -> dict[str, Any]:
 
 
 # -- the worker's own statements, without the worker ---------------------------------------
-_FILL_HOT = """
-INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts, run_at,
-                          created_at, run_lease, errors, metadata, tags, attempted_by)
-SELECT 'bench_async', 'bench', jsonb_build_object('n', g), 'available', 2, 0, 25, now(),
-       now(), 0, '[]', '{}', '{}', '{}'
-FROM generate_series(1, %(n)s) g
-"""
 
 
 def run_statement_floor(n: int, batch: int = 10) -> dict[str, Any]:
@@ -146,7 +143,7 @@ def run_statement_floor(n: int, batch: int = 10) -> dict[str, Any]:
     lease epoch, as a worker's does. No dispatcher, executor, events or pool: what the
     statements alone allow, to read the worker's drain against."""
     with psycopg.connect(**conninfo(), autocommit=True) as conn:
-        conn.execute(_FILL_HOT, {"n": n})
+        conn.execute(_fill("awa_jobs_hot"), {"n": n})
         conn.execute("VACUUM ANALYZE awa_jobs_hot")
     return asyncio.run(_drain_statements(n, batch))
 

@@ -1,11 +1,11 @@
 """Batches `Completed` outcomes into one guarded statement (DESIGN §4 completer).
 
 Completions queue up while a flush is in flight, so the batch grows with the load without
-a timer. RETURNING tells each attempt whether its completion applied or was stale, with the whole
-committed row when a hook will read it; otherwise only the finalization time (the row
-is the claimed one with the completion's changes, for the counters). A
-batch the database refuses is retried row by row, so one value it cannot store fails only
-its own attempt (`OutcomeNotStored`), never its neighbours (DESIGN §5, per-job isolation).
+a timer. RETURNING tells each attempt whether its completion applied or was stale: with the
+whole committed row when a hook will read it, otherwise with the finalization time only
+(the row is then the claimed one with the completion's changes, for the counters). A batch
+the database refuses is retried row by row, so one value it cannot store fails only its
+own attempt (`OutcomeNotStored`), never its neighbours (DESIGN §5, per-job isolation).
 """
 
 from __future__ import annotations

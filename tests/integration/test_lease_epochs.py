@@ -21,7 +21,7 @@ from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql.fragments import EPOCH_SPACE
-from awa_django.worker.database import Database
+from awa_django.worker.database import Database, connection_kwargs, without_flush_wait
 from tests.factories import JobFactory as BaseJobFactory
 from tests.runtime_db import with_db
 
@@ -109,9 +109,8 @@ def test_an_epoch_is_on_disk_before_the_take_returns_even_without_synchronous_co
     """A connection whose session commits without the flush wait (a user's OPTIONS, a
     role or server default) still gets an epoch no crash can lose: the take's commit
     waits for the flush of its own WAL (the insert position read right after it)."""
-    kwargs = Database("default", "awa-test-epoch", max_size=1).kwargs
-    options = f"{kwargs.get('options', '')} -c synchronous_commit=off".strip()
-    with psycopg.connect(**{**kwargs, "options": options}) as conn:
+    kwargs = without_flush_wait(connection_kwargs("default", "awa-test-epoch"))
+    with psycopg.connect(**kwargs) as conn:
         for _ in range(5):
             epoch = leases_sql.lease_epoch_take().run_on(conn)
             answer = conn.execute(

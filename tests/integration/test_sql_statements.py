@@ -315,7 +315,7 @@ def test_job_claim_many_counts_on_from_an_epoch_run_lease_above_every_epoch() ->
     assert leases[under_epoch.id] == (epoch + 1) * EPOCH_SPACE  # above every epoch taken
 
 
-def test_lease_epoch_take_gives_each_connection_a_later_epoch_kept_in_its_session() -> None:
+def test_lease_epoch_take_gives_a_later_epoch_each_time_kept_in_the_session() -> None:
     first = run(leases_sql.lease_epoch_take)
     second = run(leases_sql.lease_epoch_take)
     assert first is not None and second is not None and 0 < first < second
