@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -68,12 +68,32 @@ class JobSnapshot:
             if isinstance(text, str):
                 # Most rows carry no errors and no metadata: skip the decoder for those.
                 decoded[index] = [] if text == "[]" else {} if text == "{}" else json.loads(text)
-        return cls(*decoded)
+        return assemble(*decoded)
 
 
 JSON_COLUMNS = ("args", "errors", "metadata", "progress", "result", "django_task")
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobSnapshot))
 _JSON_INDEXES = tuple(COLUMNS.index(name) for name in JSON_COLUMNS)
+
+
+def _assembler() -> Callable[..., JobSnapshot]:
+    """A function of every column, in COLUMNS order, that builds the JobSnapshot as its
+    __init__ would, setting each slot through its own descriptor. The frozen dataclass's
+    __init__ calls object.__setattr__ once per field: 2.8 us a row against 1.3 us here,
+    and the worker builds two rows per job (its claim and its completion)."""
+    setters = {f"set_{name}": getattr(JobSnapshot, name).__set__ for name in COLUMNS}
+    source = f"def assemble({', '.join(COLUMNS)}):\n    row = new(JobSnapshot)\n"
+    source += "".join(f"    set_{name}(row, {name})\n" for name in COLUMNS)
+    source += "    return row\n"
+    namespace: dict[str, Any] = {**setters, "new": object.__new__, "JobSnapshot": JobSnapshot}
+    exec(source, namespace)
+    assemble: Callable[..., JobSnapshot] = namespace["assemble"]
+    return assemble
+
+
+# JobSnapshot(*values) for values of every column, for the hot paths (from_row, the
+# completer's rows); no defaults, no checks, the same object.
+assemble = _assembler()
 
 
 @dataclass(frozen=True, slots=True)

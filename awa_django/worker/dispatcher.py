@@ -36,6 +36,12 @@ from awa_django.worker.waker import EveryProcess, Role
 
 logger = logging.getLogger("awa_django.worker")
 
+# Each claimed job's attempt is a task that starts at once, inside the claim's turn of the
+# loop, instead of one turn later: its handler runs (and a short one releases its slot)
+# before run_once returns, so the next claim for the freed slots goes out without waiting
+# for the loop to come round. Measured: +3 % on a drain of short jobs (docs/performance.md).
+_start_eagerly = asyncio.create_eager_task_factory(asyncio.Task)
+
 
 class Slots(Protocol):
     cap: int
@@ -151,10 +157,12 @@ class Dispatcher:
         self.slots.unreserve(free - len(rows), found_all=0 < len(rows) == limit)
         # A short claim from the floor says nothing about the rows below it: look again.
         self._maybe_more = len(rows) == free or look_again
+        loop = asyncio.get_running_loop()
         for row in rows:
-            task = asyncio.create_task(self._execute(row))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            task = _start_eagerly(loop, self._execute(row))
+            if not task.done():
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
         if self.rate is not None and len(rows) < limit:
             self._token_due = 0.0  # the queue ran dry, not the bucket
             await self.rate.give_back(limit - len(rows))  # after the starts: never strands a job

@@ -120,6 +120,39 @@ def test_dispatcher_claims_no_more_than_its_free_slots() -> None:
     assert set(ActiveLease.objects.values_list("worker_id", flat=True)) == {"w-disp"}
 
 
+def test_dispatcher_starts_each_attempt_within_its_claim() -> None:
+    """An attempt starts in the claim's own turn of the loop: a short handler has run and
+    freed its slot by the time run_once returns, so the next claim can go out at once; the
+    tasks still in flight are the runtime's to wait for, the finished ones are not kept."""
+    JobFactory.create_batch(3)
+
+    async def step(db: Database) -> tuple[int, list[int], int, int]:
+        started: list[int] = []
+        gate = asyncio.Event()
+
+        async def execute(row: JobSnapshot, release: Callable[[], None]) -> None:
+            started.append(row.id)
+            if len(started) > 1:
+                release()
+                return  # finished without ever waiting
+            await gate.wait()
+            release()
+
+        dispatcher = Dispatcher(QueueConfig(Q, concurrency=3), db, execute, "w-eager", 0.2)
+        claimed = await dispatcher.run_once()
+        seen = list(started)
+        free, kept = dispatcher.free_slots, len(dispatcher.tasks)
+        gate.set()
+        await asyncio.gather(*dispatcher.tasks)
+        return claimed, seen, free, kept
+
+    claimed, started, free, kept = with_db(step)
+    assert claimed == 3
+    assert len(started) == 3  # every handler began before run_once returned
+    assert free == 2  # the two that finished gave their slots back in the same turn
+    assert kept == 1  # only the one still waiting is tracked
+
+
 def test_dispatcher_applies_the_queue_deadline_to_the_lease() -> None:
     JobFactory()
 
