@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -17,7 +18,7 @@ from awa_django.snapshot import COLUMNS, JobSnapshot, assemble
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
 
-def values(**changes: object) -> list[object]:
+def values(**changes: Any) -> list[Any]:
     row = {
         "id": 7,
         "kind": "unit",
