@@ -26,6 +26,7 @@ from awa_django.exceptions import OutcomeNotStored, StaleAttempt
 from awa_django.execution import atomic, attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
+from awa_django.registry import registry
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import Statement
@@ -101,6 +102,16 @@ class Executor:
                 self.emit(event)
         finally:
             self.inflight.remove(job)
+
+    def runs_on_loop(self, row: JobSnapshot) -> bool:
+        """Whether the attempt of `row` runs its handler on the event loop (an `async def`,
+        which is never atomic) rather than on a thread; the dispatcher starts those within
+        the claim."""
+        try:
+            definition = registry.job(row.kind)
+        except Exception:
+            return False  # the attempt looks it up again, and fails the job with the error
+        return definition is not None and definition.is_async
 
     async def _run_handler(
         self, job: JobContext[Any], span: Any = None

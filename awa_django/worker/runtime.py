@@ -126,6 +126,7 @@ class Runtime:
                 slots=self._weighted_slots(q),
                 metrics=self.metrics,
                 standby_interval=s.standby_poll_interval,
+                starts_at_once=self.executor.runs_on_loop,
             )
             for q in self.queues
         ]

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
@@ -167,6 +167,41 @@ async def worker() -> AsyncIterator[Worker]:
         threads.shutdown(wait=True)
         hooks.close()
         await db.close()
+
+
+@dataclass
+class RuntimeSvcAsync:
+    n: int
+
+
+@awa_django.job(RuntimeSvcAsync, queue=Q)
+async def runtime_svc_async(job: JobContext[RuntimeSvcAsync]) -> None:
+    return None
+
+
+def test_only_attempts_of_async_handlers_start_within_their_claim() -> None:
+    """The dispatcher starts an attempt inside its claim's turn only when its handler runs
+    on the loop; a thread's handler (and a kind nobody can resolve here) starts a turn
+    later, as it measured faster that way."""
+
+    def refusing(kind: str) -> None:
+        raise ImportError(f"cannot import {kind}")
+
+    async def main() -> dict[str, bool]:
+        async with worker() as w:
+            (row,) = await w.claim()
+            runs = {"sync": w.executor.runs_on_loop(row)}
+            runs["async"] = w.executor.runs_on_loop(replace(row, kind="runtime_svc_async"))
+            runs["unknown"] = w.executor.runs_on_loop(replace(row, kind="no_such_kind"))
+            registry.add_resolver(refusing)
+            try:
+                runs["refused"] = w.executor.runs_on_loop(replace(row, kind="path.to.task"))
+            finally:
+                registry._resolvers.remove(refusing)
+            return runs
+
+    enqueue("complete")
+    assert run_loop(main) == {"sync": False, "async": True, "unknown": False, "refused": False}
 
 
 @pytest.mark.parametrize(

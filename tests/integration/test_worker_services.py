@@ -120,10 +120,12 @@ def test_dispatcher_claims_no_more_than_its_free_slots() -> None:
     assert set(ActiveLease.objects.values_list("worker_id", flat=True)) == {"w-disp"}
 
 
-def test_dispatcher_starts_each_attempt_within_its_claim() -> None:
-    """An attempt starts in the claim's own turn of the loop: a short handler has run and
-    freed its slot by the time run_once returns, so the next claim can go out at once; the
-    tasks still in flight are the runtime's to wait for, the finished ones are not kept."""
+@pytest.mark.parametrize("at_once", [True, False])
+def test_dispatcher_starts_each_attempt_within_its_claim(at_once: bool) -> None:
+    """An attempt the runtime says runs on the loop starts in the claim's own turn: a short
+    handler has run and freed its slot by the time run_once returns, so the next claim can
+    go out at once; the tasks still in flight are the runtime's to wait for, the finished
+    ones are not kept. Any other attempt starts a turn later."""
     JobFactory.create_batch(3)
 
     async def step(db: Database) -> tuple[int, list[int], int, int]:
@@ -138,7 +140,14 @@ def test_dispatcher_starts_each_attempt_within_its_claim() -> None:
             await gate.wait()
             release()
 
-        dispatcher = Dispatcher(QueueConfig(Q, concurrency=3), db, execute, "w-eager", 0.2)
+        dispatcher = Dispatcher(
+            QueueConfig(Q, concurrency=3),
+            db,
+            execute,
+            "w-eager",
+            0.2,
+            starts_at_once=lambda row: at_once,
+        )
         claimed = await dispatcher.run_once()
         seen = list(started)
         free, kept = dispatcher.free_slots, len(dispatcher.tasks)
@@ -148,9 +157,12 @@ def test_dispatcher_starts_each_attempt_within_its_claim() -> None:
 
     claimed, started, free, kept = with_db(step)
     assert claimed == 3
-    assert len(started) == 3  # every handler began before run_once returned
-    assert free == 2  # the two that finished gave their slots back in the same turn
-    assert kept == 1  # only the one still waiting is tracked
+    if at_once:
+        assert len(started) == 3  # every handler began before run_once returned
+        assert free == 2  # the two that finished gave their slots back in the same turn
+        assert kept == 1  # only the one still waiting is tracked
+    else:
+        assert (len(started), free, kept) == (0, 0, 3)
 
 
 def test_dispatcher_applies_the_queue_deadline_to_the_lease() -> None:
