@@ -40,8 +40,8 @@ logger = logging.getLogger("awa_django.worker")
 # loop, instead of one turn later: its handler runs (and a short one releases its slot)
 # before run_once returns, so the next claim for the freed slots goes out without waiting
 # for the loop to come round, and no probe waits a turn more for its start. Measured
-# (docs/performance.md): async drain +8 %, herd pickup p99 23 -> 7 ms. Not for handlers
-# run on threads: started eagerly, the sync drain lost 17 %.
+# (docs/performance.md): async drain +6 %, herd pickup p99 10.5 -> 6.8 ms. Not for
+# handlers run on threads: started eagerly, the sync drain lost 17 %.
 _start_eagerly = asyncio.create_eager_task_factory(asyncio.Task)
 
 
