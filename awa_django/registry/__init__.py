@@ -133,6 +133,11 @@ class Registry:
                     break
         return found
 
+    def declared(self, kind: str) -> JobDefinition | None:
+        """The `@job` registration of `kind`, without asking the resolvers (which may
+        import modules): a dict lookup, for the worker's per-job checks."""
+        return self._jobs.get(kind)
+
     def add_resolver(self, resolve: Callable[[str], JobDefinition | None]) -> None:
         """Let another surface (the django.tasks backend) supply handlers for kinds it owns,
         looked up when no `@job` registration matches."""

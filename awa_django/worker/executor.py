@@ -104,13 +104,11 @@ class Executor:
             self.inflight.remove(job)
 
     def runs_on_loop(self, row: JobSnapshot) -> bool:
-        """Whether the attempt of `row` runs its handler on the event loop (an `async def`,
-        which is never atomic) rather than on a thread; the dispatcher starts those within
-        the claim."""
-        try:
-            definition = registry.job(row.kind)
-        except Exception:
-            return False  # the attempt looks it up again, and fails the job with the error
+        """Whether the attempt of `row` runs its handler on the event loop (a declared
+        `async def`, which is never atomic); the dispatcher starts those within the claim.
+        Kinds only a resolver knows (django.tasks import paths) say no: answering would
+        import their module here, once more than the attempt does."""
+        definition = registry.declared(row.kind)
         return definition is not None and definition.is_async
 
     async def _run_handler(

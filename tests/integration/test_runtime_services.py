@@ -174,34 +174,61 @@ class RuntimeSvcAsync:
     n: int
 
 
+ASYNC_TASKS: list[str] = []  # the task each async attempt ran in
+
+
 @awa_django.job(RuntimeSvcAsync, queue=Q)
 async def runtime_svc_async(job: JobContext[RuntimeSvcAsync]) -> None:
-    return None
+    task = asyncio.current_task()
+    assert task is not None
+    ASYNC_TASKS.append(task.get_name())
 
 
-def test_only_attempts_of_async_handlers_start_within_their_claim() -> None:
+def test_only_attempts_of_declared_async_handlers_start_within_their_claim() -> None:
     """The dispatcher starts an attempt inside its claim's turn only when its handler runs
-    on the loop; a thread's handler (and a kind nobody can resolve here) starts a turn
-    later, as it measured faster that way."""
+    on the loop; a thread's handler, a kind unknown here and a kind only a resolver knows
+    (which would import a module to answer) start a turn later."""
 
-    def refusing(kind: str) -> None:
-        raise ImportError(f"cannot import {kind}")
+    def resolving(kind: str) -> None:
+        raise AssertionError(f"asked the resolvers about {kind}")
 
     async def main() -> dict[str, bool]:
         async with worker() as w:
             (row,) = await w.claim()
             runs = {"sync": w.executor.runs_on_loop(row)}
             runs["async"] = w.executor.runs_on_loop(replace(row, kind="runtime_svc_async"))
-            runs["unknown"] = w.executor.runs_on_loop(replace(row, kind="no_such_kind"))
-            registry.add_resolver(refusing)
+            registry.add_resolver(resolving)
             try:
-                runs["refused"] = w.executor.runs_on_loop(replace(row, kind="path.to.task"))
+                runs["unknown"] = w.executor.runs_on_loop(replace(row, kind="path.to.task"))
             finally:
-                registry._resolvers.remove(refusing)
+                registry._resolvers.remove(resolving)
             return runs
 
     enqueue("complete")
-    assert run_loop(main) == {"sync": False, "async": True, "unknown": False, "refused": False}
+    assert run_loop(main) == {"sync": False, "async": True, "unknown": False}
+
+
+def test_the_runtime_starts_async_attempts_within_their_claim_each_in_its_own_task() -> None:
+    rt = runtime(concurrency=4)
+    ASYNC_TASKS.clear()
+
+    async def main() -> int:
+        running = await started(rt)
+        (dispatcher,) = rt.dispatchers
+        assert dispatcher.starts_at_once == rt.executor.runs_on_loop
+        await in_thread(
+            lambda: (
+                awa_django.enqueue_many([RuntimeSvcAsync(n) for n in range(3)])
+                + awa_django.enqueue_many([RuntimeSvc("complete")])
+            )
+        )
+        await until(lambda: rt.executor.completed_count == 4)
+        rt.request_stop()
+        return await running
+
+    assert run_loop(main) == EXIT_OK
+    assert len(set(ASYNC_TASKS)) == 3
+    assert Job.objects.filter(queue=Q, state="completed").count() == 4
 
 
 @pytest.mark.parametrize(
