@@ -184,7 +184,9 @@ async def runtime_svc_async(job: JobContext[RuntimeSvcAsync]) -> None:
     ASYNC_TASKS.append(task.get_name())
 
 
-def test_only_attempts_of_declared_async_handlers_start_within_their_claim() -> None:
+def test_only_attempts_of_declared_async_handlers_start_within_their_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The dispatcher starts an attempt inside its claim's turn only when its handler runs
     on the loop; a thread's handler, a kind unknown here and a kind only a resolver knows
     (which would import a module to answer) start a turn later."""
@@ -192,23 +194,27 @@ def test_only_attempts_of_declared_async_handlers_start_within_their_claim() -> 
     def resolving(kind: str) -> None:
         raise AssertionError(f"asked the resolvers about {kind}")
 
+    # add_resolver appends to this copy; the registry gets its own list back afterwards.
+    monkeypatch.setattr(registry, "_resolvers", list(registry._resolvers))
+    registry.add_resolver(resolving)
+
     async def main() -> dict[str, bool]:
         async with worker() as w:
             (row,) = await w.claim()
-            runs = {"sync": w.executor.runs_on_loop(row)}
-            runs["async"] = w.executor.runs_on_loop(replace(row, kind="runtime_svc_async"))
-            registry.add_resolver(resolving)
-            try:
-                runs["unknown"] = w.executor.runs_on_loop(replace(row, kind="path.to.task"))
-            finally:
-                registry._resolvers.remove(resolving)
-            return runs
+            return {
+                "sync": w.executor.runs_on_loop(row),
+                "async": w.executor.runs_on_loop(replace(row, kind="runtime_svc_async")),
+                "unknown": w.executor.runs_on_loop(replace(row, kind="path.to.task")),
+            }
 
     enqueue("complete")
     assert run_loop(main) == {"sync": False, "async": True, "unknown": False}
 
 
-def test_the_runtime_starts_async_attempts_within_their_claim_each_in_its_own_task() -> None:
+def test_the_runtime_asks_the_executor_which_attempts_start_within_their_claim() -> None:
+    """The runtime's dispatchers start attempts as `Executor.runs_on_loop` says (the
+    dispatcher test covers what an eager start does), and a mix of async attempts, started
+    eagerly, and a sync one all complete, each async attempt in its own task."""
     rt = runtime(concurrency=4)
     ASYNC_TASKS.clear()
 
