@@ -24,6 +24,7 @@ from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.history_verbs import HistoryVerbs
 from awa_django.client.rows import (
+    NO_OPTIONS,
     EnqueueKwargs,
     EnqueueOptions,
     plan_many,
@@ -74,7 +75,7 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
         PayloadTooLarge (args, metadata), UnknownJobKind (a dict without `kind`),
         InvalidQueueName, InvalidEnqueueOption (kind, priority, max_attempts, tags, run_at).
         """
-        return self._enqueue(args, EnqueueOptions(**options))
+        return self._enqueue(args, EnqueueOptions(**options) if options else NO_OPTIONS)
 
     def _enqueue(self, args: Any, options: EnqueueOptions) -> JobSnapshot:
         template, encoded = plan_one(args, options)

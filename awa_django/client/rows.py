@@ -87,6 +87,10 @@ class EnqueueOptions:
     unique: UniqueOption = None
 
 
+# The options of a call that gives none.
+NO_OPTIONS = EnqueueOptions()
+
+
 @dataclass(frozen=True, slots=True)
 class JobTemplate:
     """Everything about a row except its args, checked and serialised: resolved once per
@@ -176,9 +180,52 @@ class BulkRows:
 
 def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
     """Check every option of a job of `args` (not the args themselves)."""
+    key = _memo_key(args, options)
+    if key is not None and (memo := _templates.get(key)) is not None:
+        kind, definition, template = memo
+        if registry.job(kind) is definition:
+            return template
     kind = _kind(args, options.kind)
     # Looked up only after check_kind: a registry resolver may import a module by kind.
     definition = registry.job(kind)
+    template = _plan_template(kind, definition, options)
+    if key is not None:
+        if len(_templates) >= _TEMPLATES_KEPT:
+            _templates.clear()
+        _templates[key] = (kind, definition, template)
+    return template
+
+
+# Templates of calls that carry no per-call input (no run_at, no metadata, no current
+# trace), by args type and options. Planning one is about 20 us of a 500 us enqueue, and
+# a service enqueues its few kinds with the same options over and over. An entry is used
+# while its kind's declaration is the same object (a re-registration, or a resolver that
+# answers differently, plans afresh). Planning reads no settings, so none can stale it.
+_TEMPLATES_KEPT = 1024
+_templates: dict[tuple[object, ...], tuple[str, JobDefinition | None, JobTemplate]] = {}
+_PLAIN = (str, int)
+
+
+def _memo_key(args: Any, options: EnqueueOptions) -> tuple[object, ...] | None:
+    """`_templates`' key for this call, None when its template must be planned afresh.
+    Option values count only when their type is exactly str or int, since equal values
+    of other types (True == 1, 1.0 == 1) hash alike and must still be refused."""
+    if options.run_at is not None or options.metadata is not None or options.unique is not None:
+        return None
+    values = (options.kind, options.queue, options.priority, options.max_attempts)
+    if any(v is not None and type(v) not in _PLAIN for v in values):
+        return None
+    tags = options.tags
+    if type(tags) not in (list, tuple) or any(type(t) is not str for t in tags):
+        return None
+    if tracing.current_traceparent() is not None:
+        return None
+    return (type(args), *values, tuple(tags))
+
+
+def _plan_template(
+    kind: str, definition: JobDefinition | None, options: EnqueueOptions
+) -> JobTemplate:
     queue, priority, max_attempts = _declared(definition)
     run_at = check_run_at(options.run_at)
     check_metadata(options.metadata)

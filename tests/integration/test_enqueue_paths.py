@@ -21,7 +21,7 @@ import awa_django
 from awa_django.client.inserts import COPY_MIN_ROWS
 from awa_django.exceptions import SerializationError
 from awa_django.snapshot import JobSnapshot
-from awa_django.storage.connection import keeps_prepared
+from awa_django.storage.connection import _KEPT, keeps_prepared
 from awa_django.storage.models import Job
 from awa_django.worker.database import connection_kwargs
 from tests.listening import Listener
@@ -230,6 +230,55 @@ def test_behind_a_transaction_pooler_nothing_is_prepared(
     assert prepared_statements() == before
     settings_dict["OPTIONS"] = {**settings_dict.get("OPTIONS", {}), "prepare_threshold": 5}
     assert keeps_prepared(connection.alias)  # PgBouncer >= 1.21 with prepared statements
+
+
+@pytest.mark.django_db(transaction=True)  # closes the connection
+def test_prepared_statements_share_one_cursor_per_connection(statements: list[str]) -> None:
+    """Each single enqueue borrows the connection's one PreparingCursor (a new cursor
+    looks its parameter dumpers up again); a new connection gets a cursor of its own."""
+    if not keeps_prepared(connection.alias):
+        pytest.skip("this connection keeps no prepared statements")
+    awa_django.enqueue(CorePathOther(n=0))
+    kept = getattr(connection, _KEPT)
+    awa_django.enqueue(CorePathOther(n=1))
+    awa_django.enqueue_many([CorePathOther(n=2), CorePathOther(n=3)])
+    assert getattr(connection, _KEPT) is kept
+    assert not kept.closed and not kept.lent
+    assert len(statements) == 3  # Django's cursor wrapper still sees every statement
+
+    connection.close()
+    with transaction.atomic():
+        row = awa_django.enqueue(CorePathOther(n=4))
+    assert getattr(connection, _KEPT) is not kept
+    assert getattr(connection, _KEPT).connection is connection.connection
+    assert Job.objects.get(id=row.id).args == {"n": 4}
+
+
+def test_an_enqueue_inside_another_statement_gets_a_cursor_of_its_own() -> None:
+    """An execute wrapper that enqueues after another enqueue's statement ran, before its
+    row is fetched: the inner one runs on a cursor made for it, so the outer one still
+    reads its own row."""
+    if not keeps_prepared(connection.alias):
+        pytest.skip("this connection keeps no prepared statements")
+    awa_django.enqueue(CorePathOther(n=0))
+    kept = getattr(connection, _KEPT)
+    inner: list[JobSnapshot] = []
+    entered: list[str] = []
+
+    def audit(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        result = execute(sql, *args)
+        # After the outer statement ran and before its rows are fetched.
+        if not entered and "INSERT INTO awa_jobs_hot" in sql:
+            entered.append(sql)
+            inner.append(awa_django.enqueue(CorePathOther(n=99), queue="core-audit"))
+        return result
+
+    with connection.execute_wrapper(audit):
+        outer = awa_django.enqueue(CorePathOther(n=1))
+    client = awa_django.Client()
+    assert outer == client.get_job(outer.id) and outer.args == {"n": 1}
+    assert inner[0] == client.get_job(inner[0].id) and inner[0].queue == "core-audit"
+    assert getattr(connection, _KEPT) is kept and not kept.lent
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, Unpack
 
-from awa_django.snapshot import JobSnapshot
+from awa_django.snapshot import JobSnapshot, assemble
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
@@ -116,32 +116,43 @@ def _written(columns: RowColumns) -> Callable[[query.Rows, int], JobSnapshot]:
     chose. JSON columns are decoded from the text written (a worker reads jsonb's
     rendering of it, which may spell a number differently: 1e16 comes back 10000000000000000)."""
 
+    kind, queue, state = columns["kind"], columns["queue"], str(columns["state"])
+    priority, max_attempts = columns["priority"], columns["max_attempts"]
+    args, metadata, tags, task = (
+        columns["args"],
+        columns["metadata"],
+        columns["tags"],
+        columns["django_task"],
+    )
+
     def read(rows: query.Rows, count: int) -> JobSnapshot:
         job_id, run_at, created_at = rows[0]
-        task = columns["django_task"]
-        return JobSnapshot(
-            id=job_id,
-            kind=columns["kind"],
-            queue=columns["queue"],
-            args=json.loads(columns["args"]),
-            state=str(columns["state"]),  # a plain str, as read from the database
-            priority=columns["priority"],
-            attempt=0,
-            max_attempts=columns["max_attempts"],
-            run_at=run_at,
-            created_at=created_at,
-            attempted_at=None,
-            finalized_at=None,
-            run_lease=0,
-            errors=[],
-            metadata=json.loads(columns["metadata"]),
-            tags=list(columns["tags"]),
-            progress=None,
-            callback_id=None,
-            callback_timeout_at=None,
-            result=None,
-            attempted_by=[],
-            django_task=None if task is None else json.loads(task),
+        # Positional, in JobSnapshot's field order (snapshot.assemble; the keywords of its
+        # __init__ cost a single enqueue 5 us more).
+        return assemble(
+            job_id,
+            kind,
+            queue,
+            json.loads(args),
+            state,  # a plain str, as read from the database
+            priority,
+            0,  # attempt
+            max_attempts,
+            run_at,
+            created_at,
+            None,  # attempted_at
+            None,  # finalized_at
+            0,  # run_lease
+            [],  # errors
+            {} if metadata == "{}" else json.loads(metadata),
+            list(tags),
+            None,  # progress
+            None,  # callback_id
+            None,  # callback_timeout_at
+            None,  # result
+            [],  # attempted_by
+            None if task is None else json.loads(task),
+            None,  # original_priority
         )
 
     return read
