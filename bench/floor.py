@@ -158,7 +158,7 @@ async def _drain_statements(n: int, batch: int) -> dict[str, Any]:
     try:
         while True:
             rows = await jobs_sql.job_claim_many(
-                queue="bench", limit=batch, worker_id="floor", deadline_seconds=0
+                queue="bench", limit=batch, worker_id="floor", deadline_seconds=0, lease_now=False
             ).arun(claims)
             if flushing is not None:
                 done += len(await flushing)

@@ -91,12 +91,26 @@ REFUSALS = (OutcomeNotStored, FollowUpFailed)
 
 
 # -- claim and start ----------------------------------------------------------------------
-def claim(queue: QueueConfig, limit: int, worker_id: str) -> Query[list[JobSnapshot]]:
-    """The claim of up to `limit` jobs of `queue` for `worker_id`, with the queue's
-    deadline on each lease."""
+def claim(
+    queue: QueueConfig, limit: int, worker_id: str, *, lease_now: bool = True
+) -> Query[list[JobSnapshot]]:
+    """The claim of up to `limit` jobs of `queue` for `worker_id`; with `lease_now`, it
+    writes their leases (with the queue's deadline) itself (see lease_at_claim)."""
     return jobs_sql.job_claim_many(
-        queue=queue.name, limit=limit, worker_id=worker_id, deadline_seconds=queue.deadline
+        queue=queue.name,
+        limit=limit,
+        worker_id=worker_id,
+        deadline_seconds=queue.deadline,
+        lease_now=lease_now,
     )
+
+
+def lease_at_claim(queue: QueueConfig, heartbeat_interval: float) -> bool:
+    """Whether the claims of `queue` write their jobs' leases. Normally the first heartbeat
+    does, within one interval of the claim (decision 030); a deadline that could pass
+    before the lease is written needs it from the claim on (twice the interval: a beat
+    may come late)."""
+    return 0 < queue.deadline < 2 * heartbeat_interval
 
 
 def started(job: JobContext[Any]) -> Started:

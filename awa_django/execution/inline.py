@@ -47,7 +47,10 @@ def run_available(
         claimed = 0
         for name in queues:
             batch = CLAIM_BATCH if limit is None else min(CLAIM_BATCH, limit - ran)
-            claim = attempt.claim(settings.queue(name), batch, WORKER_ID)
+            config = settings.queue(name)
+            # As the worker claims (no heartbeat comes here: each attempt ends in the call).
+            lease_now = attempt.lease_at_claim(config, settings.heartbeat_interval)
+            claim = attempt.claim(config, batch, WORKER_ID, lease_now=lease_now)
             for row in claim.run(runner.using):
                 runner.run(JobContext(row, None, host=runner))
                 claimed += 1

@@ -70,8 +70,11 @@ class Dispatcher:
         metrics: WorkerMetrics | None = None,
         standby_interval: float | None = None,
         starts_at_once: Callable[[JobSnapshot], bool] = lambda row: False,
+        lease_now: bool = True,
     ) -> None:
         self.queue = queue
+        # Whether claims write the leases, or the heartbeat does (attempt.lease_at_claim).
+        self.lease_now = lease_now
         self.db = db
         self.execute = execute
         # Whether the attempt of a claimed row starts within the claim (_start_eagerly).
@@ -195,6 +198,7 @@ class Dispatcher:
                 limit=limit,
                 worker_id=self.worker_id,
                 deadline_seconds=self.queue.deadline,
+                lease_now=self.lease_now,
                 after=start,
             )
         )

@@ -1,4 +1,5 @@
-"""Refreshes the leases of this process's attempts and flushes their buffered progress.
+"""Writes and refreshes the leases of this process's attempts and flushes their buffered
+progress.
 
 It runs in its own thread on its own connection, so neither a sync handler holding the
 GIL-bound pool nor an async handler that blocks the event loop can stop it (DESIGN §4).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -22,10 +24,19 @@ logger = logging.getLogger("awa_django.worker")
 
 
 class Heartbeat:
-    def __init__(self, db: Database, inflight: InFlight, interval: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        inflight: InFlight,
+        interval: float,
+        deadlines: Mapping[str, float] | None = None,
+    ) -> None:
         self.db = db
         self.inflight = inflight
         self.interval = interval
+        # Each queue's deadline in seconds (0: none), for the lease an attempt's first beat
+        # writes (decision 030); a queue not named has none.
+        self.deadlines = deadlines or {}
         self._stop = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
         self._thread = threading.Thread(target=self._run, name="awa-heartbeat", daemon=True)
@@ -47,14 +58,17 @@ class Heartbeat:
             self._thread.join(timeout=timeout)
 
     def run_once(self) -> int:
-        """One beat for every in-flight attempt; returns how many leases are still owned.
-        Attempts whose lease is gone (rescued, cancelled) get their cancel flag set."""
+        """One beat for every in-flight attempt (an attempt's first one writes its lease);
+        returns how many are still owned. Attempts no longer owned (rescued, cancelled) get
+        their cancel flag set."""
         jobs = self.inflight.snapshot()
         if not jobs:
             return 0
         conn = self._connection()
         beat = leases_sql.lease_heartbeat_many(
-            ids=[j.id for j in jobs], leases=[j.run_lease for j in jobs]
+            ids=[j.id for j in jobs],
+            leases=[j.run_lease for j in jobs],
+            deadlines=[self.deadlines.get(j.queue, 0.0) for j in jobs],
         )
         owned = beat.run_on(conn)
         for job in jobs:

@@ -16,6 +16,7 @@ from typing import Any
 
 from awa_django.conf import AwaSettings, QueueConfig, check_weighted
 from awa_django.events import Event
+from awa_django.execution import attempt
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import TRANSIENT_ERRORS, Database
 from awa_django.worker.dispatcher import Dispatcher
@@ -127,12 +128,18 @@ class Runtime:
                 metrics=self.metrics,
                 standby_interval=s.standby_poll_interval,
                 starts_at_once=self.executor.runs_on_loop,
+                lease_now=attempt.lease_at_claim(q, s.heartbeat_interval),
             )
             for q in self.queues
         ]
         self.overrides = OverrideReader(self.db, self.dispatchers, s.override_refresh_interval)
         self.listener = Listener(self.db, self.dispatchers, self.inflight)
-        self.heartbeat = Heartbeat(self.db, self.inflight, s.heartbeat_interval)
+        self.heartbeat = Heartbeat(
+            self.db,
+            self.inflight,
+            s.heartbeat_interval,
+            deadlines={q.name: q.deadline for q in self.queues},
+        )
 
     def _fair_share(self) -> FairShare | None:
         """With AWA["WORKER"]["max_workers"], every queue draws on one shared pool."""

@@ -57,7 +57,12 @@ def test_wait_for_callback_resumes_the_handler_in_place(start_worker, args):
     job = awa_django.enqueue(args)
     worker = start_worker("--queue", "acc=1")
     wait_until(lambda: row(job.id).state == "waiting_external", what="sequential wait")
-    assert ActiveLease.objects.filter(job_id=job.id).exists()  # it keeps its slot and lease
+    # It keeps its slot, and its heartbeat writes its lease (without a deadline: waiting
+    # is not running).
+    wait_until(
+        lambda: ActiveLease.objects.filter(job_id=job.id, deadline_at=None).exists(),
+        what="the lease of the waiting attempt",
+    )
     callback_id = row(job.id).callback_id
     assert callback_id is not None
     awa_django.Client().resume_external(callback_id, {"answer": 42})

@@ -50,7 +50,9 @@ def core_cancel_self(job: awa_django.JobContext[CoreCancelSelf]) -> None:
 
 
 def claim() -> JobSnapshot:
-    query = jobs_sql.job_claim_many(queue=Q, limit=1, worker_id="w1", deadline_seconds=60)
+    query = jobs_sql.job_claim_many(
+        lease_now=True, queue=Q, limit=1, worker_id="w1", deadline_seconds=60
+    )
     (row,) = query.run("default")
     return row
 

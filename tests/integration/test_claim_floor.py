@@ -105,7 +105,7 @@ def dispatch_index_entries_read(after: jobs_sql.DispatchKey | None) -> int:
     """Index entries the claim's scan of awa_jobs_dispatch_idx reads (the transaction's own
     statistics counter; the claim is rolled back)."""
     query = jobs_sql.job_claim_many(
-        queue=Q, limit=10, worker_id="w-read", deadline_seconds=0, after=after
+        lease_now=True, queue=Q, limit=10, worker_id="w-read", deadline_seconds=0, after=after
     )
     counter = "SELECT pg_stat_get_xact_tuples_returned('awa_jobs_dispatch_idx'::regclass)"
     with transaction.atomic(), connection.cursor() as cursor:
@@ -198,7 +198,7 @@ def test_a_claim_is_planned_once_per_connection(
     fill_backlog(20000)
     db = Database("default", "awa-test-plan", max_size=1)
     claim = jobs_sql.job_claim_many(
-        queue=Q, limit=limit, worker_id="w-plan", deadline_seconds=0, after=after
+        lease_now=True, queue=Q, limit=limit, worker_id="w-plan", deadline_seconds=0, after=after
     )
     with psycopg.connect(**db.kwargs) as conn:
         for _ in range(12):  # psycopg prepares on the 5th use; PostgreSQL decides after 5 more

@@ -42,7 +42,7 @@ def running(**fields: Any) -> JobSnapshot:
     """A job claimed by worker w1, with its lease."""
     job = JobFactory(**fields)
     claimed = jobs_sql.job_claim_many(
-        queue=job.queue, limit=100, worker_id="w1", deadline_seconds=0
+        lease_now=True, queue=job.queue, limit=100, worker_id="w1", deadline_seconds=0
     ).run("default")
     (row,) = [r for r in claimed if r.id == job.id]
     return row

@@ -298,7 +298,9 @@ def test_the_rescuer_dead_letters_a_last_attempt_and_says_so():
     job = JobFactory(queue=DLQ, state="available", max_attempts=1)
     from awa_django.storage.sql import jobs as jobs_sql
 
-    jobs_sql.job_claim_many(queue=DLQ, limit=1, worker_id="w", deadline_seconds=0).run("default")
+    jobs_sql.job_claim_many(
+        lease_now=True, queue=DLQ, limit=1, worker_id="w", deadline_seconds=0
+    ).run("default")
     ActiveLease.objects.update(heartbeat_at=timezone.now() - dt.timedelta(hours=1))
     emitted: list[Event] = []
 

@@ -101,9 +101,9 @@ def test_the_migration_replaces_the_indexes_under_jobs_in_flight() -> None:
     # version's statements, which need the later migrations too: the claim reads 0011's
     # lease epochs).
     call_command("migrate", "awa_django", verbosity=0)
-    claimed = jobs_sql.job_claim_many(queue=Q, limit=10, worker_id="w", deadline_seconds=0).run(
-        "default"
-    )
+    claimed = jobs_sql.job_claim_many(
+        lease_now=True, queue=Q, limit=10, worker_id="w", deadline_seconds=0
+    ).run("default")
     assert {job.id for job in claimed} == {jobs["available"].pk, jobs["available_tagged"].pk}
     done = jobs_sql.job_complete_many(
         ids=[job.id for job in claimed],

@@ -36,7 +36,9 @@ class JobFactory(BaseJobFactory):
 
 
 def claim_query() -> Query[list[JobSnapshot]]:
-    return jobs_sql.job_claim_many(queue=Q, limit=1, worker_id="w-epoch", deadline_seconds=0)
+    return jobs_sql.job_claim_many(
+        lease_now=True, queue=Q, limit=1, worker_id="w-epoch", deadline_seconds=0
+    )
 
 
 def worker_claim() -> JobSnapshot:

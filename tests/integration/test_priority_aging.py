@@ -99,7 +99,9 @@ def test_an_aged_job_is_claimed_before_newer_jobs_of_its_new_level() -> None:
     newer_urgent = JobFactory(priority=1, run_at=waited(0.1))
     batch = JobFactory(run_at=waited(3.5))
     age()
-    query = jobs_sql.job_claim_many(queue=Q, limit=1, worker_id="w", deadline_seconds=0)
+    query = jobs_sql.job_claim_many(
+        lease_now=True, queue=Q, limit=1, worker_id="w", deadline_seconds=0
+    )
     (claimed,) = query.run("default")
     assert claimed.id == batch.id
     assert (claimed.priority, claimed.original_priority) == (1, 4)

@@ -11,6 +11,7 @@ checked through the ORM outside the event loop, or from the loop on a thread of 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 import awa_django
 from awa_django.channels import CANCEL_CHANNEL, WAKER_VACANT, channel_for, role_channel_for
@@ -38,6 +40,7 @@ from awa_django.results import RetryAfter
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
 from awa_django.storage.query import Query
+from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.worker import registrar as registrar_module
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
@@ -356,12 +359,19 @@ def test_a_stop_whose_grace_runs_out_exits_unclean_and_leaves_the_attempt_to_res
         rt.request_stop()
         code = await running
         job = await in_thread(lambda: Job.objects.get(id=job_id))
+        # No heartbeat came in the grace (interval 60 s): the lease is not written yet, so
+        # the stale-heartbeat rescue goes by the claim's attempted_at (decision 030).
         leased = await in_thread(lambda: ActiveLease.objects.filter(job_id=job_id).exists())
         UNBLOCK.set()
         await asyncio.to_thread(rt.threads.shutdown, wait=True)  # the handler's thread ends
         return code, job.state, leased
 
-    assert run_loop(main) == (EXIT_UNCLEAN, "running", True)
+    assert run_loop(main) == (EXIT_UNCLEAN, "running", False)
+    Job.objects.filter(id=job_id).update(attempted_at=timezone.now() - dt.timedelta(hours=1))
+    (rescued,) = maintenance_sql.job_rescue_stale_heartbeat(
+        limit=10, staleness_seconds=90, message="stale"
+    ).run("default")
+    assert (rescued.id, rescued.state) == (job_id, "retryable")
 
 
 # -- listener -----------------------------------------------------------------------------

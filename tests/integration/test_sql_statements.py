@@ -83,7 +83,12 @@ def jobs(statement: Callable[..., Query[Any]], **params: Any) -> list[JobSnapsho
 
 
 def claim(
-    queue: str = Q, limit: int = 10, worker: str = "w1", deadline: float = 0.0
+    queue: str = Q,
+    limit: int = 10,
+    worker: str = "w1",
+    deadline: float = 0.0,
+    *,
+    lease_now: bool = True,
 ) -> list[JobSnapshot]:
     return jobs(
         jobs_sql.job_claim_many,
@@ -91,13 +96,16 @@ def claim(
         limit=limit,
         worker_id=worker,
         deadline_seconds=deadline,
+        lease_now=lease_now,
     )
 
 
-def running(**fields: Any) -> JobSnapshot:
-    """A job claimed by worker w1 (attempt 1, run_lease 1, lease row present)."""
+def running(*, lease_now: bool = True, **fields: Any) -> JobSnapshot:
+    """A job claimed by worker w1 (attempt 1, run_lease 1); its lease row written by the
+    claim unless `lease_now` is False (a worker's first heartbeat writes it then)."""
     job = JobFactory(**fields)
-    (row,) = [r for r in claim(queue=job.queue, limit=1000) if r.id == job.id]
+    claimed = claim(queue=job.queue, limit=1000, lease_now=lease_now)
+    (row,) = [r for r in claimed if r.id == job.id]
     return row
 
 
@@ -670,7 +678,7 @@ def test_job_take_callback_result_hands_the_payload_over_once() -> None:
 def test_lease_heartbeat_many_refreshes_owned_leases_and_reports_them() -> None:
     a, b = running(), running()
     ActiveLease.objects.update(heartbeat_at=timezone.now() - AGO)
-    owned = run(leases_sql.lease_heartbeat_many, ids=[a.id, b.id], leases=[a.run_lease, 77])
+    owned = beat([a, b], leases=[a.run_lease, 77])
     assert owned == {(a.id, a.run_lease)}
     beats = dict(ActiveLease.objects.values_list("job_id", "heartbeat_at"))
     assert beats[a.id] == transaction_now()
@@ -680,12 +688,69 @@ def test_lease_heartbeat_many_refreshes_owned_leases_and_reports_them() -> None:
 def test_lease_heartbeat_many_is_one_statement(django_assert_num_queries: Any) -> None:
     claimed = [running() for _ in range(30)]
     with django_assert_num_queries(1):
-        owned = run(
-            leases_sql.lease_heartbeat_many,
-            ids=[r.id for r in claimed],
-            leases=[r.run_lease for r in claimed],
-        )
+        owned = beat(claimed)
     assert len(owned) == 30
+
+
+def beat(
+    rows: list[JobSnapshot], *, leases: list[int] | None = None, deadline: float = 0.0
+) -> set[tuple[int, int]]:
+    """One heartbeat for `rows` (their own run_leases unless `leases` says otherwise)."""
+    return run(
+        leases_sql.lease_heartbeat_many,
+        ids=[r.id for r in rows],
+        leases=leases or [r.run_lease for r in rows],
+        deadlines=[deadline] * len(rows),
+    )
+
+
+def test_a_claim_without_leases_writes_none_and_the_first_beat_writes_them() -> None:
+    first, second = running(lease_now=False), running(lease_now=False)
+    assert not ActiveLease.objects.exists()
+    assert beat([first, second], deadline=60) == {
+        (first.id, first.run_lease),
+        (second.id, second.run_lease),
+    }
+    lease = ActiveLease.objects.get(job_id=first.id)
+    assert (lease.run_lease, lease.queue, lease.worker_id) == (first.run_lease, Q, "w1")
+    assert lease.claimed_at == first.attempted_at and lease.heartbeat_at == transaction_now()
+    assert first.attempted_at is not None
+    assert lease.deadline_at == first.attempted_at + dt.timedelta(seconds=60)
+    # Later beats move the heartbeat only.
+    ActiveLease.objects.update(heartbeat_at=timezone.now() - AGO)
+    assert beat([first], deadline=5) == {(first.id, first.run_lease)}
+    again = ActiveLease.objects.get(job_id=first.id)
+    assert (again.heartbeat_at, again.deadline_at) == (transaction_now(), lease.deadline_at)
+
+
+def test_the_first_beat_of_a_sequential_wait_writes_no_deadline() -> None:
+    row = running(lease_now=False)
+    Job.objects.filter(id=row.id).update(state="waiting_external")
+    assert beat([row], deadline=60) == {(row.id, row.run_lease)}
+    assert ActiveLease.objects.get(job_id=row.id).deadline_at is None
+
+
+def test_a_beat_takes_over_an_earlier_attempts_lease_but_never_a_later_ones() -> None:
+    row = running(lease_now=False)
+    ActiveLease.objects.create(
+        job_id=row.id, run_lease=row.run_lease - 1, queue=Q, worker_id="gone"
+    )
+    assert beat([row]) == {(row.id, row.run_lease)}
+    lease = ActiveLease.objects.get(job_id=row.id)
+    assert (lease.run_lease, lease.worker_id) == (row.run_lease, "w1")
+    # A later attempt's lease (this attempt's beat came late) stays as it is.
+    ActiveLease.objects.filter(job_id=row.id).update(run_lease=row.run_lease + 1, worker_id="new")
+    assert beat([row]) == set()
+    lease = ActiveLease.objects.get(job_id=row.id)
+    assert (lease.run_lease, lease.worker_id) == (row.run_lease + 1, "new")
+
+
+def test_a_beat_for_an_attempt_that_ended_writes_no_lease() -> None:
+    ended, rescued = running(lease_now=False), running(lease_now=False)
+    Job.objects.filter(id=ended.id).update(state="completed")
+    Job.objects.filter(id=rescued.id).update(state="retryable")
+    assert beat([ended, rescued]) == set()
+    assert not ActiveLease.objects.exists()
 
 
 def test_lease_delete_for_jobs_drops_leases_of_finished_jobs_only() -> None:
@@ -757,6 +822,28 @@ def test_job_rescue_stale_heartbeat_retries_with_backoff_and_an_error() -> None:
     ]
     assert set(ActiveLease.objects.values_list("job_id", flat=True)) == {fresh.id}
     assert snapshot(fresh.id)["state"] == "running"
+
+
+def test_job_rescue_stale_heartbeat_takes_a_lease_less_job_once_its_claim_is_stale() -> None:
+    """A worker that died before its first heartbeat left no lease: the claim's
+    attempted_at stands for the heartbeat (decision 030)."""
+    dead, young = running(lease_now=False), running(lease_now=False)
+    other_attempts = running(lease_now=False)
+    Job.objects.filter(id__in=[dead.id, other_attempts.id]).update(
+        attempted_at=timezone.now() - AGO
+    )
+    # A lease of another attempt of the job does not count as this attempt's.
+    ActiveLease.objects.create(
+        job_id=other_attempts.id, run_lease=other_attempts.run_lease - 1, queue=Q, worker_id="x"
+    )
+    result = jobs(
+        maintenance_sql.job_rescue_stale_heartbeat, limit=10, staleness_seconds=90, message="m"
+    )
+    assert sorted(r.id for r in result) == sorted([dead.id, other_attempts.id])
+    assert {r.state for r in result} == {"retryable"}
+    assert snapshot(young.id)["state"] == "running"
+    # A lease-less job that is running is left to the deadline rescue's lease, not taken.
+    assert jobs(maintenance_sql.job_rescue_deadline, limit=10, message="m") == []
 
 
 def test_job_rescue_stale_heartbeat_fails_a_job_whose_last_attempt_it_rescues() -> None:
@@ -1231,7 +1318,14 @@ def explain(statement: Callable[..., Query[Any]], **params: Any) -> str:
 
 @pytest.mark.usefixtures("big_table")
 def test_job_claim_many_plan_uses_the_dispatch_index() -> None:
-    plan = explain(jobs_sql.job_claim_many, queue="q3", limit=10, worker_id="w", deadline_seconds=0)
+    plan = explain(
+        jobs_sql.job_claim_many,
+        queue="q3",
+        limit=10,
+        worker_id="w",
+        deadline_seconds=0,
+        lease_now=False,
+    )
     assert "awa_jobs_dispatch_idx" in plan, plan
     assert "Seq Scan on awa_jobs_hot" not in plan, plan
 

@@ -71,7 +71,7 @@ def count_statements(db: Database) -> list[str]:
 def claim(limit: int = 10, deadline: float = 0.0) -> list[JobSnapshot]:
     """Claim on Django's connection (autocommit here), as another worker would."""
     query = jobs_sql.job_claim_many(
-        queue=Q, limit=limit, worker_id="w-test", deadline_seconds=deadline
+        lease_now=True, queue=Q, limit=limit, worker_id="w-test", deadline_seconds=deadline
     )
     return query.run("default")
 
@@ -349,7 +349,9 @@ def test_heartbeat_refreshes_owned_leases_and_flags_lost_ones() -> None:
     JobFactory.create_batch(2)
     kept, lost = claim()
     ActiveLease.objects.update(heartbeat_at=timezone.now() - AGO)
-    ActiveLease.objects.filter(job_id=lost.id).delete()  # rescued or cancelled meanwhile
+    # Rescued meanwhile: the job no longer runs under this attempt, lease gone.
+    Job.objects.filter(id=lost.id).update(state="retryable")
+    ActiveLease.objects.filter(job_id=lost.id).delete()
     inflight = InFlight()
     kept_job: JobContext[object] = JobContext(kept, None)
     lost_job: JobContext[object] = JobContext(lost, None)
@@ -367,6 +369,7 @@ def test_heartbeat_refreshes_owned_leases_and_flags_lost_ones() -> None:
         heartbeat.stop()
     assert ActiveLease.objects.get(job_id=kept.id).heartbeat_at >= before - dt.timedelta(seconds=1)
     assert lost_job.is_cancelled() and not kept_job.is_cancelled()
+    assert not ActiveLease.objects.filter(job_id=lost.id).exists()  # not written back
     assert Job.objects.get(id=kept.id).progress == {"percent": 40.0, "message": "working"}
     assert heartbeat.beats == 1
 

@@ -55,7 +55,7 @@ def test_a_bad_tag_is_refused_after_good_ones_were_planned() -> None:
     with pytest.raises(InvalidEnqueueOption):
         plan_template(PlannedOnce(1), EnqueueOptions(tags=[""]))
     with pytest.raises(InvalidEnqueueOption):
-        plan_template(PlannedOnce(1), EnqueueOptions(tags="ok"))  # type: ignore[arg-type]
+        plan_template(PlannedOnce(1), EnqueueOptions(tags="ok"))
 
 
 @pytest.fixture

@@ -235,7 +235,8 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
     return [row[0] for row in rows]
 
 
-# Params: queue, limit, worker_id, deadline_seconds (0 = no deadline); the `_after` form
+# Params: queue, limit, worker_id, and deadline_seconds (0 = no deadline) when it writes the
+# leases (`lease_now`); the `_after` form
 # also floor_priority, floor_run_at, floor_id: the dispatch key of the last row this
 # dispatcher claimed (worker/claim_floor.py, decision 027).
 # Index: awa_jobs_dispatch_idx (queue, priority, run_at, id) WHERE state='available'. The
@@ -255,7 +256,10 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 # `LIMIT $n` it assumes a tenth of the queue and re-plans each time. The update takes the
 # candidates as an id array (`= ANY`, read through the primary key) rather than joining
 # them, so no plan can hash-join the candidates against the whole table.
-# The lease rows are inserted in the same statement, so every running job has a lease.
+# Leases (decision 030): with `lease_now` the claim writes each job's lease row, with the
+# queue's deadline; without it, the worker's first heartbeat writes it (within one
+# heartbeat interval: the claim then writes nothing but the jobs' rows), and until then
+# the job's own attempted_at stands for its heartbeat in the stale-heartbeat rescue.
 # run_lease (decision 029): on a connection with a lease epoch (a worker's, not behind a
 # transaction pooler) at least epoch * EPOCH_SPACE, so no claim lost in a crash is handed
 # out again, and the claim commits without waiting for the WAL flush (`set_config(...,
@@ -264,7 +268,8 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 # then it jumps above every epoch taken so far, which a lost claim's run_lease is below.
 # The epoch is a MATERIALIZED CTE so that set_config runs once per claim that updates a
 # row (never for an empty claim, which writes nothing anyway).
-def _claim_sql(after_floor: str, limit: str) -> str:
+def _claim_sql(after_floor: str, limit: str, lease_now: bool) -> str:
+    leased = _CLAIM_LEASES if lease_now else ""
     return f"""
 WITH lease_epoch AS MATERIALIZED (
     SELECT epoch * {EPOCH_SPACE} AS base,
@@ -293,7 +298,14 @@ WITH lease_epoch AS MATERIALIZED (
             greatest(1, cardinality(j.attempted_by) - 8):]
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.state = 'available'
     RETURNING {J_JOB_COLUMNS}
-), leased AS (
+){leased}
+SELECT * FROM claimed ORDER BY priority, run_at, id
+"""
+
+
+# A lease left by an earlier attempt of the job (one the heartbeat wrote after that
+# attempt ended) is taken over.
+_CLAIM_LEASES = """, leased AS (
     INSERT INTO awa_active_leases (job_id, run_lease, queue, worker_id, claimed_at,
                                    heartbeat_at, deadline_at)
     SELECT id, run_lease, queue, %(worker_id)s, now(), now(),
@@ -304,9 +316,7 @@ WITH lease_epoch AS MATERIALIZED (
     SET run_lease = EXCLUDED.run_lease, worker_id = EXCLUDED.worker_id,
         claimed_at = EXCLUDED.claimed_at, heartbeat_at = EXCLUDED.heartbeat_at,
         deadline_at = EXCLUDED.deadline_at
-)
-SELECT * FROM claimed ORDER BY priority, run_at, id
-"""
+)"""
 
 
 _FLOOR = (
@@ -318,14 +328,14 @@ _FLOOR = (
 # against 1.97 ms). Each limit is built when first asked for. The bound keeps the distinct
 # texts, and so psycopg's per-connection cache of prepared statements, small.
 LITERAL_LIMITS = 128
-JOB_CLAIM_MANY = Statement("job_claim_many", _claim_sql("", "%(limit)s"))
-# The same statement, started at a floor.
-JOB_CLAIM_MANY_AFTER = Statement("job_claim_many", _claim_sql(_FLOOR, "%(limit)s"))
 
 
 @functools.cache
-def _claim_with_limit(after: bool, limit: int) -> Statement:
-    return Statement("job_claim_many", _claim_sql(_FLOOR if after else "", str(limit)))
+def _claim_statement(after: bool, limit: int | None, lease_now: bool) -> Statement:
+    """The claim's text for a floor or none, a written-in limit or `%(limit)s`, and
+    whether it writes the leases."""
+    written = "%(limit)s" if limit is None else str(limit)
+    return Statement("job_claim_many", _claim_sql(_FLOOR if after else "", written, lease_now))
 
 
 def job_claim_many(
@@ -334,22 +344,20 @@ def job_claim_many(
     limit: int,
     worker_id: str,
     deadline_seconds: float,
+    lease_now: bool,
     after: DispatchKey | None = None,
 ) -> Query[list[JobSnapshot]]:
     """Claim up to `limit` available jobs in dispatch order; with `after`, only those whose
     dispatch key is greater (the rest of a pass through the queue)."""
-    params: dict[str, object] = {
-        "queue": queue,
-        "worker_id": worker_id,
-        "deadline_seconds": deadline_seconds,
-    }
+    params: dict[str, object] = {"queue": queue, "worker_id": worker_id}
+    if lease_now:
+        params["deadline_seconds"] = deadline_seconds
     if after is not None:
         params["floor_priority"], params["floor_run_at"], params["floor_id"] = after
-    if 0 < limit <= LITERAL_LIMITS:
-        statement = _claim_with_limit(after is not None, limit)
-    else:
+    written = 0 < limit <= LITERAL_LIMITS
+    if not written:
         params["limit"] = limit
-        statement = JOB_CLAIM_MANY_AFTER if after is not None else JOB_CLAIM_MANY
+    statement = _claim_statement(after is not None, limit if written else None, lease_now)
     return Query(statement, params, query.jobs)
 
 

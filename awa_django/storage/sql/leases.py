@@ -40,23 +40,53 @@ def _epoch(rows: query.Rows, count: int) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
-# Params: ids int8[], leases int8[] (sorted by id: one lock order for every writer).
-# Touches only the narrow lease table (primary key lookups); returns the pairs still owned,
-# so the worker learns which of its attempts were rescued or cancelled meanwhile.
+# Params: ids int8[], leases int8[], deadlines float8[] (seconds, 0 = none: each job's
+# queue's), sorted by id: one lock order for every writer. Owned means the job still runs
+# (or waits for its callback in a sequential wait) under that run_lease; returns the pairs
+# still owned, so the worker learns which of its attempts were rescued or cancelled
+# meanwhile. Index: the job's primary key, then the lease's.
+# The first beat of an attempt writes its lease row (decision 030: claims do not, unless
+# the deadline is short): claimed_at is the claim's attempted_at, the worker the last of
+# attempted_by, the deadline counted from the claim. Later beats move heartbeat_at only.
+# A lease left by an earlier attempt of the job is taken over; a later attempt's lease is
+# never overwritten (run_lease only grows). A job that ends while the beat runs may keep a
+# lease the beat wrote after its outcome's delete: lease_delete_orphans removes it.
 LEASE_HEARTBEAT_MANY = Statement(
     "lease_heartbeat_many",
     """
-UPDATE awa_active_leases l SET heartbeat_at = now()
-FROM unnest(%(ids)s::int8[], %(leases)s::int8[]) AS t(id, run_lease)
-WHERE l.job_id = t.id AND l.run_lease = t.run_lease
+INSERT INTO awa_active_leases AS l (job_id, run_lease, queue, worker_id, claimed_at,
+                                    heartbeat_at, deadline_at)
+SELECT j.id, j.run_lease, j.queue, coalesce(j.attempted_by[cardinality(j.attempted_by)], ''),
+       coalesce(j.attempted_at, now()), now(),
+       CASE WHEN j.state = 'running' AND t.deadline > 0
+            THEN j.attempted_at + make_interval(secs => t.deadline) END
+FROM unnest(%(ids)s::int8[], %(leases)s::int8[], %(deadlines)s::float8[])
+     AS t(id, run_lease, deadline)
+JOIN awa_jobs_hot j ON j.id = t.id AND j.run_lease = t.run_lease
+WHERE j.state IN ('running', 'waiting_external')
+ORDER BY j.id
+ON CONFLICT (job_id) DO UPDATE
+SET heartbeat_at = now(),
+    run_lease = EXCLUDED.run_lease,
+    queue = EXCLUDED.queue,
+    worker_id = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.worker_id
+                     ELSE EXCLUDED.worker_id END,
+    claimed_at = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.claimed_at
+                      ELSE EXCLUDED.claimed_at END,
+    deadline_at = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.deadline_at
+                       ELSE EXCLUDED.deadline_at END
+WHERE l.run_lease <= EXCLUDED.run_lease
 RETURNING l.job_id, l.run_lease
 """,
 )
 
 
-def lease_heartbeat_many(*, ids: list[int], leases: list[int]) -> Query[set[tuple[int, int]]]:
+def lease_heartbeat_many(
+    *, ids: list[int], leases: list[int], deadlines: list[float]
+) -> Query[set[tuple[int, int]]]:
     """The (job id, run_lease) pairs still owned after the beat."""
-    return Query(LEASE_HEARTBEAT_MANY, {"ids": ids, "leases": leases}, _pairs)
+    params = {"ids": ids, "leases": leases, "deadlines": deadlines}
+    return Query(LEASE_HEARTBEAT_MANY, params, _pairs)
 
 
 def _pairs(rows: query.Rows, count: int) -> set[tuple[int, int]]:

@@ -100,12 +100,14 @@ def _dead_letter_ctes(candidates: str, guard: str, reason: str) -> str:
 # The cancel hint lets the attempt's own worker, if alive, set its is_cancelled() flag.
 # A job whose unique key another job holds is left for a later pass (fragments.key_free).
 _RESCUE = f"""
-WITH stale AS (
+WITH candidates AS (
+    SELECT l.job_id AS id, l.run_lease FROM awa_active_leases l WHERE {{condition}}{{leaseless}}
+), stale AS (
     SELECT j.id, j.run_lease
-    FROM awa_active_leases l
-    JOIN awa_jobs_hot j ON j.id = l.job_id AND j.run_lease = l.run_lease
-    WHERE {{condition}} AND j.state = 'running' AND {key_free("j")}
-    ORDER BY l.job_id
+    FROM candidates c
+    JOIN awa_jobs_hot j ON j.id = c.id AND j.run_lease = c.run_lease
+    WHERE j.state = 'running' AND {key_free("j")}
+    ORDER BY j.id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ), rescued AS (
@@ -129,11 +131,19 @@ SELECT {dead_letters.AS_FAILED_JOB}, {notify_cancel("m.id", "m.run_lease")}
 FROM entered d JOIN dead m ON m.id = d.id
 """
 
+_STALE = "now() - make_interval(secs => %(staleness_seconds)s::float8)"
+# A running job whose attempt has no lease row yet (decision 030: the first heartbeat writes
+# it, within one heartbeat interval) is stale once its claim is: its worker died before
+# its first beat. Index: awa_jobs_state_id_part_idx ('running'), then the lease's key.
+_LEASELESS = f"""
+    UNION ALL
+    SELECT j.id, j.run_lease FROM awa_jobs_hot j
+    WHERE j.state = 'running' AND j.attempted_at < {_STALE}
+      AND NOT EXISTS (SELECT 1 FROM awa_active_leases l
+                      WHERE l.job_id = j.id AND l.run_lease = j.run_lease)"""
 JOB_RESCUE_STALE_HEARTBEAT = Statement(
     "job_rescue_stale_heartbeat",
-    _RESCUE.format(
-        condition="l.heartbeat_at < now() - make_interval(secs => %(staleness_seconds)s::float8)"
-    ),
+    _RESCUE.format(condition=f"l.heartbeat_at < {_STALE}", leaseless=_LEASELESS),
 )
 
 
@@ -155,7 +165,7 @@ def job_rescue_stale_heartbeat(
 
 
 JOB_RESCUE_DEADLINE = Statement(
-    "job_rescue_deadline", _RESCUE.format(condition="l.deadline_at < now()")
+    "job_rescue_deadline", _RESCUE.format(condition="l.deadline_at < now()", leaseless="")
 )
 
 
