@@ -85,7 +85,15 @@ def progress_bar(progress: dict[str, Any] | None) -> SafeString:
     )
 
 
-def lease_table(lease: ActiveLease | None) -> SafeString:
+def lease_table(lease: ActiveLease | None, job: Job) -> SafeString:
+    if lease is None and job.state == "running" and job.attempted_by:
+        # Decision 030: the attempt's first heartbeat writes its lease.
+        return format_html(
+            '<span class="awa-muted">claimed by {} at {}; no heartbeat yet (its first one '
+            "writes the lease)</span>",
+            job.attempted_by[-1],
+            when(job.attempted_at) if job.attempted_at else "?",
+        )
     if lease is None:
         return format_html('<span class="awa-muted">{}</span>', "no live lease")
     return format_html(

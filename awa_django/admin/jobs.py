@@ -273,7 +273,9 @@ class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
         if "_awa_lease" not in obj.__dict__:
             # From the database the job was read from (the replica on a plain page view).
             leases = ActiveLease.objects.using(obj._state.db)
-            obj.__dict__["_awa_lease"] = leases.filter(job_id=obj.pk).first()
+            # This attempt's: a lease another attempt left (decision 030) is not its.
+            this_attempt = leases.filter(job_id=obj.pk, run_lease=obj.run_lease)
+            obj.__dict__["_awa_lease"] = this_attempt.first()
         lease: ActiveLease | None = obj.__dict__["_awa_lease"]
         return lease
 
@@ -283,7 +285,7 @@ class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
 
     @admin.display(description="live lease")
     def live_lease(self, obj: Job) -> SafeString:
-        return detail.lease_table(self._lease(obj))
+        return detail.lease_table(self._lease(obj), obj)
 
     @admin.display(description="timeline")
     def timeline(self, obj: Job) -> SafeString:

@@ -200,7 +200,8 @@ def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
 # trace), by args type and options. Planning one is about 20 us of a 500 us enqueue, and
 # a service enqueues its few kinds with the same options over and over. An entry is used
 # while its kind's declaration is the same object (a re-registration, or a resolver that
-# answers differently, plans afresh). Planning reads no settings, so none can stale it.
+# answers differently, plans afresh). The one setting planning reads, max_args_bytes,
+# bounds the metadata, which is "{}" in every template kept.
 _TEMPLATES_KEPT = 1024
 _templates: dict[tuple[object, ...], tuple[str, JobDefinition | None, JobTemplate]] = {}
 _PLAIN = (str, int)
@@ -220,7 +221,9 @@ def _memo_key(args: Any, options: EnqueueOptions) -> tuple[object, ...] | None:
         return None
     if tracing.current_traceparent() is not None:
         return None
-    return (type(args), *values, tuple(tags))
+    # The explicit kind a later `@job(kind=...)` may give the args class is part of the key.
+    args_type = type(args)
+    return (args_type, getattr(args_type, "__awa_kind__", None), *values, tuple(tags))
 
 
 def _plan_template(

@@ -30,10 +30,12 @@ def django_cursor(using: str, *, prepare: bool = False) -> Iterator[Any]:
     wrapper = connections[using]
     try:
         # What Django's cursor() does before creating one (async-safety, health check,
-        # connect); CursorWrapper.execute adds the thread and broken-transaction checks.
+        # connect, thread check); CursorWrapper.execute adds the broken-transaction check.
         wrapper.close_if_health_check_failed()
         wrapper.ensure_connection()
-        if prepare and keeps_prepared(using):
+        wrapper.validate_thread_sharing()
+        # A connection shared across threads (inc_thread_sharing) gets a cursor per call.
+        if prepare and keeps_prepared(using) and not wrapper.allow_thread_sharing:
             raw = PreparingCursor.lend(wrapper)
             try:
                 yield _wrapped(wrapper, raw)
@@ -90,8 +92,8 @@ class PreparingCursor(psycopg.Cursor[Any]):
 
     One is kept per connection and lent to each prepared statement in turn (`lend`): a new
     cursor starts with no parameter dumpers and looks each one up again, which with its
-    creation was about a tenth of a single enqueue's CPU. It holds the last statement's
-    result until the next (one row, or a few dozen ids)."""
+    creation was about a tenth of a single enqueue's CPU. Its last statement's parameters
+    and rows are dropped when the loan ends."""
 
     lent = False
 
@@ -112,10 +114,14 @@ class PreparingCursor(psycopg.Cursor[Any]):
         return kept
 
     def give_back(self, wrapper: Any) -> None:
-        """End the loan (a cursor made only for it is closed)."""
+        """End the loan (a cursor made only for it is closed). The kept one forgets the
+        statement's parameters and result (an enqueue_many's can be megabytes of args);
+        its adaptation cache, what the reuse is for, stays."""
         self.lent = False
         if getattr(wrapper, _KEPT, None) is not self:
             self.close()
+        else:
+            self._reset()
 
     def execute(
         self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: Any = None

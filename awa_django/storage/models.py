@@ -193,8 +193,9 @@ class Job(models.Model):
 
 
 class ActiveLease(models.Model):
-    """One narrow row per live attempt. Heartbeats touch only this table, so the wide job
-    row is written once at claim and once at finalization."""
+    """One narrow row per live attempt, from its first heartbeat on (or from its claim on a
+    queue with a short deadline; decision 030). Heartbeats touch only this table, so the
+    wide job row is written once at claim and once at finalization."""
 
     job_id = models.BigIntegerField(primary_key=True)
     run_lease = models.BigIntegerField()

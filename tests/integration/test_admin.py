@@ -283,6 +283,22 @@ def test_detail_shows_errors_progress_lease_and_timeline(admin_client):
     assert "created" in text
 
 
+def test_detail_of_a_running_job_before_its_first_heartbeat_names_its_worker(admin_client):
+    """Decision 030: the lease row comes with the attempt's first heartbeat."""
+    job = JobFactory(
+        state="running",
+        attempt=2,
+        run_lease=8,
+        attempted_at=timezone.now(),
+        attempted_by=["worker-before", "worker-early"],
+    )
+    # The previous attempt's lease, left behind: not this attempt's.
+    ActiveLease.objects.create(job_id=job.pk, run_lease=7, queue="default", worker_id="old-w")
+    text = admin_client.get(reverse("admin:awa_django_job_change", args=[job.pk])).content.decode()
+    assert "claimed by worker-early" in text and "no heartbeat yet" in text
+    assert "no live lease" not in text and "old-w" not in text
+
+
 def test_detail_is_read_only_and_cannot_delete_live_jobs(admin_client):
     job = JobFactory(state="running")
     change = admin_client.get(reverse("admin:awa_django_job_change", args=[job.pk]))

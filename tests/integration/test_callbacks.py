@@ -127,6 +127,20 @@ def test_complete_external_completes_and_fires_completed(client, events, resolve
     assert tag == "typed" and args == SendReceipt(order_id=job.args["order_id"])
 
 
+def test_resume_external_takes_over_a_lease_another_attempt_left(client, resolve):
+    """Decision 030: an attempt without its own lease yet; a lease of an earlier attempt
+    must not lend it that attempt's worker, claim time or deadline."""
+    job = ParkedJobFactory(state="running", run_lease=5)
+    long_ago = timezone.now() - dt.timedelta(hours=1)
+    ActiveLeaseFactory(
+        job_id=job.id, run_lease=4, worker_id="gone", claimed_at=long_ago, deadline_at=long_ago
+    )
+    resolve(client.resume_external, job.callback_id, None, run_lease=5)
+    lease = ActiveLease.objects.get(job_id=job.id)
+    assert (lease.run_lease, lease.worker_id, lease.deadline_at) == (5, "", None)
+    assert lease.claimed_at == lease.heartbeat_at == db_now()
+
+
 @pytest.mark.parametrize(
     "state", [s for s in ALL_STATES if s not in ("running", "waiting_external")]
 )

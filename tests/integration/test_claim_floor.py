@@ -17,6 +17,7 @@ from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import leases as leases_sql
 from awa_django.worker.database import Database
 from awa_django.worker.dispatcher import Dispatcher
 from tests.factories import JobFactory as BaseJobFactory
@@ -179,6 +180,20 @@ def test_a_batched_completion_finds_its_rows_by_primary_key_whatever_the_statist
     with connection.cursor() as cursor:
         ids = list(range(1, 101))
         query = jobs_sql.job_complete_many(ids=ids, leases=[1] * 100, results=[None] * 100)
+        cursor.execute("EXPLAIN " + query.statement.sql, query.params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert "awa_jobs_hot_pkey" in plan, plan
+    assert "awa_jobs_state_id_part_idx" not in plan, plan
+
+
+def test_a_heartbeat_finds_its_jobs_by_primary_key_whatever_the_statistics() -> None:
+    """As the completion: the heartbeat (which writes leases, decision 030) must not read
+    the 'running' entries of awa_jobs_state_id_part_idx either."""
+    fill_backlog(20000)
+    with connection.cursor() as cursor:
+        query = leases_sql.lease_heartbeat_many(
+            ids=list(range(1, 101)), leases=[1] * 100, deadlines=[0.0] * 100
+        )
         cursor.execute("EXPLAIN " + query.statement.sql, query.params)
         plan = "\n".join(line for (line,) in cursor.fetchall())
     assert "awa_jobs_hot_pkey" in plan, plan

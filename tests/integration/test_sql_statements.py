@@ -723,6 +723,32 @@ def test_a_claim_without_leases_writes_none_and_the_first_beat_writes_them() -> 
     assert (again.heartbeat_at, again.deadline_at) == (transaction_now(), lease.deadline_at)
 
 
+def test_a_beat_takes_deadlines_of_any_number_type() -> None:
+    """Settings give a queue's deadline as written: 60 is an int, the default 300.0 a
+    float, and one beat covers jobs of both."""
+    short, long = running(lease_now=False), running(lease_now=False)
+    owned = run(
+        leases_sql.lease_heartbeat_many,
+        ids=[short.id, long.id],
+        leases=[short.run_lease, long.run_lease],
+        deadlines=[60, 300.0],
+    )
+    assert len(owned) == 2
+    deadlines = dict(ActiveLease.objects.values_list("job_id", "deadline_at"))
+    assert short.attempted_at is not None and long.attempted_at is not None
+    assert deadlines[short.id] == short.attempted_at + dt.timedelta(seconds=60)
+    assert deadlines[long.id] == long.attempted_at + dt.timedelta(seconds=300)
+
+
+def test_a_beat_adopts_the_unowned_lease_resume_external_wrote() -> None:
+    row = running(lease_now=False)
+    ActiveLease.objects.create(job_id=row.id, run_lease=row.run_lease, queue=Q, worker_id="")
+    assert beat([row], deadline=60) == {(row.id, row.run_lease)}
+    lease = ActiveLease.objects.get(job_id=row.id)
+    assert (lease.worker_id, lease.claimed_at) == ("w1", row.attempted_at)
+    assert lease.deadline_at is None  # the resume's: a resumed attempt runs without one
+
+
 def test_the_first_beat_of_a_sequential_wait_writes_no_deadline() -> None:
     row = running(lease_now=False)
     Job.objects.filter(id=row.id).update(state="waiting_external")
@@ -832,6 +858,8 @@ def test_job_rescue_stale_heartbeat_takes_a_lease_less_job_once_its_claim_is_sta
     Job.objects.filter(id__in=[dead.id, other_attempts.id]).update(
         attempted_at=timezone.now() - AGO
     )
+    # Their deadlines come with their leases: the deadline rescue does not take them.
+    assert jobs(maintenance_sql.job_rescue_deadline, limit=10, message="m") == []
     # A lease of another attempt of the job does not count as this attempt's.
     ActiveLease.objects.create(
         job_id=other_attempts.id, run_lease=other_attempts.run_lease - 1, queue=Q, worker_id="x"
@@ -842,8 +870,6 @@ def test_job_rescue_stale_heartbeat_takes_a_lease_less_job_once_its_claim_is_sta
     assert sorted(r.id for r in result) == sorted([dead.id, other_attempts.id])
     assert {r.state for r in result} == {"retryable"}
     assert snapshot(young.id)["state"] == "running"
-    # A lease-less job that is running is left to the deadline rescue's lease, not taken.
-    assert jobs(maintenance_sql.job_rescue_deadline, limit=10, message="m") == []
 
 
 def test_job_rescue_stale_heartbeat_fails_a_job_whose_last_attempt_it_rescues() -> None:

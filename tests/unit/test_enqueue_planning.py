@@ -9,13 +9,25 @@ from dataclasses import dataclass
 
 import pytest
 
+from awa_django.client import rows
 from awa_django.client.rows import NO_OPTIONS, EnqueueOptions, plan_template
 from awa_django.exceptions import InvalidEnqueueOption
 from awa_django.registry import JobDefinition, registry
 
 
+@pytest.fixture(autouse=True)
+def fresh_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no template kept (and leaves none behind)."""
+    monkeypatch.setattr(rows, "_templates", {})
+
+
 @dataclass
 class PlannedOnce:
+    n: int
+
+
+@dataclass
+class LaterNamed:
     n: int
 
 
@@ -87,3 +99,13 @@ def test_a_new_declaration_of_the_kind_is_planned_afresh(
     declarations.append(definition("second-queue"))
     second = plan_template(ResolvedKind(1), NO_OPTIONS)
     assert (first.queue, second.queue) == ("first-queue", "second-queue")
+
+
+def test_a_kind_given_to_the_args_class_later_is_planned_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`@job(LaterNamed, kind=...)` imported after a first enqueue names the class's kind
+    then: the template planned before must not keep the old one."""
+    assert plan_template(LaterNamed(1), NO_OPTIONS).kind == "later_named"
+    monkeypatch.setattr(LaterNamed, "__awa_kind__", "renamed_later", raising=False)
+    assert plan_template(LaterNamed(1), NO_OPTIONS).kind == "renamed_later"

@@ -164,7 +164,10 @@ def _with_parked_attempt(rows: query.Rows, count: int) -> tuple[JobSnapshot, int
 # heartbeat_at = now here; our heartbeat lives on the lease, so the lease is refreshed, or
 # created unowned (worker_id '') when the job was parked and has none: a resumed job that
 # no handler waits for is then rescued by the stale-heartbeat sweep and runs again, instead
-# of sitting in `running` forever. deadline_at stays as it was (NULL for a new lease).
+# of sitting in `running` forever. A handler still running (a callback resolved before
+# its wait) may have no lease yet (decision 030): its first heartbeat adopts the unowned
+# one. This attempt's lease keeps its worker, claim time and deadline; a lease another
+# attempt left is taken over whole (deadline NULL, like a new one).
 JOB_RESUME_EXTERNAL = Statement(
     "job_resume_external",
     f"""
@@ -175,11 +178,16 @@ WITH moved AS (
     WHERE {_PENDING}
     RETURNING {JOB_COLUMNS}
 ), leased AS (
-    INSERT INTO awa_active_leases (job_id, run_lease, queue, worker_id, claimed_at,
-                                   heartbeat_at)
+    INSERT INTO awa_active_leases AS l (job_id, run_lease, queue, worker_id, claimed_at,
+                                        heartbeat_at)
     SELECT id, run_lease, queue, '', now(), now() FROM moved
     ON CONFLICT (job_id) DO UPDATE
-    SET run_lease = EXCLUDED.run_lease, heartbeat_at = EXCLUDED.heartbeat_at
+    SET run_lease = EXCLUDED.run_lease, heartbeat_at = EXCLUDED.heartbeat_at,
+        worker_id = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.worker_id
+                         ELSE EXCLUDED.worker_id END,
+        claimed_at = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.claimed_at
+                          ELSE EXCLUDED.claimed_at END,
+        deadline_at = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.deadline_at END
 )
 SELECT * FROM moved
 """,

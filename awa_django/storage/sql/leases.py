@@ -44,10 +44,14 @@ def _epoch(rows: query.Rows, count: int) -> int | None:
 # queue's), sorted by id: one lock order for every writer. Owned means the job still runs
 # (or waits for its callback in a sequential wait) under that run_lease; returns the pairs
 # still owned, so the worker learns which of its attempts were rescued or cancelled
-# meanwhile. Index: the job's primary key, then the lease's.
+# meanwhile. Index: the job's primary key, then the lease's. The state test is written so
+# that no index serves it (`|| ''`), as in the completion (decision 027): the state index's
+# `running` entries include every job claimed since the oldest open snapshot.
 # The first beat of an attempt writes its lease row (decision 030: claims do not, unless
 # the deadline is short): claimed_at is the claim's attempted_at, the worker the last of
-# attempted_by, the deadline counted from the claim. Later beats move heartbeat_at only.
+# attempted_by, the deadline counted from the claim. Later beats move heartbeat_at only;
+# an unowned lease of this attempt (worker '', from resume_external before the first beat)
+# gets its worker and claim time.
 # A lease left by an earlier attempt of the job is taken over; a later attempt's lease is
 # never overwritten (run_lease only grows). A job that ends while the beat runs may keep a
 # lease the beat wrote after its outcome's delete: lease_delete_orphans removes it.
@@ -63,16 +67,16 @@ SELECT j.id, j.run_lease, j.queue, coalesce(j.attempted_by[cardinality(j.attempt
 FROM unnest(%(ids)s::int8[], %(leases)s::int8[], %(deadlines)s::float8[])
      AS t(id, run_lease, deadline)
 JOIN awa_jobs_hot j ON j.id = t.id AND j.run_lease = t.run_lease
-WHERE j.state IN ('running', 'waiting_external')
+WHERE j.state || '' IN ('running', 'waiting_external')
 ORDER BY j.id
 ON CONFLICT (job_id) DO UPDATE
 SET heartbeat_at = now(),
     run_lease = EXCLUDED.run_lease,
     queue = EXCLUDED.queue,
-    worker_id = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.worker_id
-                     ELSE EXCLUDED.worker_id END,
-    claimed_at = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.claimed_at
-                      ELSE EXCLUDED.claimed_at END,
+    worker_id = CASE WHEN l.run_lease = EXCLUDED.run_lease AND l.worker_id <> ''
+                     THEN l.worker_id ELSE EXCLUDED.worker_id END,
+    claimed_at = CASE WHEN l.run_lease = EXCLUDED.run_lease AND l.worker_id <> ''
+                      THEN l.claimed_at ELSE EXCLUDED.claimed_at END,
     deadline_at = CASE WHEN l.run_lease = EXCLUDED.run_lease THEN l.deadline_at
                        ELSE EXCLUDED.deadline_at END
 WHERE l.run_lease <= EXCLUDED.run_lease
@@ -85,7 +89,9 @@ def lease_heartbeat_many(
     *, ids: list[int], leases: list[int], deadlines: list[float]
 ) -> Query[set[tuple[int, int]]]:
     """The (job id, run_lease) pairs still owned after the beat."""
-    params = {"ids": ids, "leases": leases, "deadlines": deadlines}
+    # Floats all: psycopg refuses a list that mixes int and float (a queue's deadline is
+    # whatever the settings said).
+    params = {"ids": ids, "leases": leases, "deadlines": [float(d) for d in deadlines]}
     return Query(LEASE_HEARTBEAT_MANY, params, _pairs)
 
 
