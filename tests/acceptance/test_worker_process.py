@@ -119,6 +119,22 @@ def test_killed_worker_job_is_rescued_and_completed_exactly_once(start_worker):
     assert rescuer.stop() == 0
 
 
+def test_a_worker_killed_before_its_first_heartbeat_has_its_job_rescued(start_worker):
+    """Decision 030: the claim writes no lease and the victim never beats (its interval is
+    a minute), so the rescue goes by the claim's attempted_at once it is stale."""
+    job = awa_django.enqueue(AccSleep(3.0))
+    victim = start_worker("--queue", "acc=1", "--heartbeat-interval", "60")
+    wait_until(lambda: started(job.id), what="attempt to start")
+    assert not ActiveLease.objects.filter(job_id=job.id).exists()
+    victim.kill()
+    rescuer = start_worker("--queue", "acc=1")
+    wait_until(lambda: state_of(job.id) == "completed", timeout=30, what="rescue")
+    done = Job.objects.get(id=job.id)
+    assert done.attempt == 2 and "heartbeat stale" in done.errors[-1]["error"]
+    assert Execution.objects.filter(job_id=job.id).count() == 2
+    assert rescuer.stop() == 0
+
+
 def test_two_workers_drain_ten_thousand_jobs_each_exactly_once(start_worker):
     with transaction.atomic():
         awa_django.enqueue_many([AccNoop(i) for i in range(10_000)])
