@@ -182,8 +182,8 @@ def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
     """Check every option of a job of `args` (not the args themselves)."""
     key = _memo_key(args, options)
     if key is not None and (memo := _templates.get(key)) is not None:
-        kind, definition, template = memo
-        if registry.job(kind) is definition:
+        definition, template = memo
+        if registry.job(template.kind) is definition:
             return template
     kind = _kind(args, options.kind)
     # Looked up only after check_kind: a registry resolver may import a module by kind.
@@ -192,7 +192,7 @@ def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
     if key is not None:
         if len(_templates) >= _TEMPLATES_KEPT:
             _templates.clear()
-        _templates[key] = (kind, definition, template)
+        _templates[key] = (definition, template)
     return template
 
 
@@ -203,7 +203,7 @@ def plan_template(args: Any, options: EnqueueOptions) -> JobTemplate:
 # answers differently, plans afresh). The one setting planning reads, max_args_bytes,
 # bounds the metadata, which is "{}" in every template kept.
 _TEMPLATES_KEPT = 1024
-_templates: dict[tuple[object, ...], tuple[str, JobDefinition | None, JobTemplate]] = {}
+_templates: dict[tuple[object, ...], tuple[JobDefinition | None, JobTemplate]] = {}
 _PLAIN = (str, int)
 
 

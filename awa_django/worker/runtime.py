@@ -138,7 +138,7 @@ class Runtime:
             self.db,
             self.inflight,
             s.heartbeat_interval,
-            deadlines={q.name: float(q.deadline) for q in self.queues},
+            deadlines={q.name: q.deadline for q in self.queues},
         )
 
     def _fair_share(self) -> FairShare | None:

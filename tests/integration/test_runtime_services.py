@@ -294,10 +294,10 @@ def test_executor_counts_only_the_completions_that_applied() -> None:
 
 
 # -- runtime ------------------------------------------------------------------------------
-def runtime(concurrency: int = 2, grace: float = 5.0) -> Runtime:
+def runtime(concurrency: int = 2, grace: float = 5.0, deadline: float = 300.0) -> Runtime:
     # A poll interval far beyond DEADLINE: a job that runs in time was woken by a NOTIFY.
     settings = AwaSettings(
-        queues={Q: QueueConfig(Q, concurrency)},
+        queues={Q: QueueConfig(Q, concurrency, deadline=deadline)},
         poll_interval=60.0,
         heartbeat_interval=60.0,
         shutdown_grace=grace,
@@ -372,6 +372,31 @@ def test_a_stop_whose_grace_runs_out_exits_unclean_and_leaves_the_attempt_to_res
         limit=10, staleness_seconds=90, message="stale"
     ).run("default")
     assert (rescued.id, rescued.state) == (job_id, "retryable")
+
+
+def test_the_runtimes_heartbeat_writes_the_lease_with_the_queues_deadline() -> None:
+    """Decision 030: with a deadline over two heartbeat intervals (300 s against 60 s) the
+    claim writes no lease; the runtime's heartbeat writes it, with the deadline of the
+    queue's settings counted from the claim. An int, as a settings file gives it."""
+    job_id = enqueue("block")
+    rt = runtime(deadline=300)
+
+    async def main() -> tuple[bool, int, ActiveLease, Job, int]:
+        running = await started(rt)
+        await until(lambda: len(rt.inflight) == 1)
+        leased_by_claim = await in_thread(ActiveLease.objects.filter(job_id=job_id).exists)
+        owned = await in_thread(rt.heartbeat.run_once)
+        lease = await in_thread(lambda: ActiveLease.objects.get(job_id=job_id))
+        job = await in_thread(lambda: Job.objects.get(id=job_id))
+        UNBLOCK.set()
+        rt.request_stop()
+        return leased_by_claim, owned, lease, job, await running
+
+    leased_by_claim, owned, lease, job, code = run_loop(main)
+    assert (leased_by_claim, owned, code) == (False, 1, EXIT_OK)
+    assert job.attempted_at is not None
+    assert (lease.worker_id, lease.claimed_at) == (rt.worker_id, job.attempted_at)
+    assert lease.deadline_at == job.attempted_at + dt.timedelta(seconds=300)
 
 
 # -- listener -----------------------------------------------------------------------------
