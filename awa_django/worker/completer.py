@@ -43,7 +43,8 @@ class Completer:
     def __init__(
         self, db: Database, forced: Callable[[], bool], metrics: WorkerMetrics | None = None
     ) -> None:
-        self.db = db
+        # Batches keep a connection of their own (decision 031).
+        self.connection = db.dedicated()
         self.forced = forced
         self.metrics = metrics or WorkerMetrics.disabled()
         self._pending: list[Pending] = []
@@ -115,7 +116,7 @@ class Completer:
 
     async def _run(self, query: Query[T], batch: list[Pending]) -> T | None:
         return await retry_transient(
-            lambda: self.db.run(query), f"completing {len(batch)} jobs", self.forced
+            lambda: self.connection.run(query), f"completing {len(batch)} jobs", self.forced
         )
 
     def pending(self) -> int:
