@@ -43,8 +43,7 @@ class Completer:
     def __init__(
         self, db: Database, forced: Callable[[], bool], metrics: WorkerMetrics | None = None
     ) -> None:
-        # Batches keep a connection of their own (decision 031).
-        self.connection = db.dedicated()
+        self.db = db
         self.forced = forced
         self.metrics = metrics or WorkerMetrics.disabled()
         self._pending: list[Pending] = []
@@ -116,7 +115,7 @@ class Completer:
 
     async def _run(self, query: Query[T], batch: list[Pending]) -> T | None:
         return await retry_transient(
-            lambda: self.connection.run(query), f"completing {len(batch)} jobs", self.forced
+            lambda: self.db.run(query), f"completing {len(batch)} jobs", self.forced
         )
 
     def pending(self) -> int:

@@ -6,9 +6,7 @@ statement runs in autocommit: no transaction ever stays open while a handler run
 session state, each connection's lease epoch (decision 029), is optional: behind PgBouncer
 in transaction mode it is never set and claims stay durable, so the pool works there too.
 LISTEN, which needs a session of its own, gets its own connection: `AWA["LISTEN_DATABASE"]`
-(an alias or DSN that reaches PostgreSQL directly) or none at all (decision 020). The hot
-path, each queue's claims and the batched completions, keeps a connection of its own
-outside the pool (decision 031).
+(an alias or DSN that reaches PostgreSQL directly) or none at all (decision 020).
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import psycopg_pool
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import TransactionStatus
 
 from awa_django.storage.query import Query
 from awa_django.storage.sql import leases as leases_sql
@@ -187,7 +184,6 @@ class Database:
         # None: no LISTEN connection at all; the dispatchers' poll timer finds the work.
         self.listen_kwargs = listen_kwargs(listen, alias, application_name)
         self.pool = self._pool(self.kwargs, max_size, "awa-worker", self.pooled)
-        self._dedicated: list[DedicatedConnection] = []
 
     @staticmethod
     def _pool(
@@ -210,16 +206,7 @@ class Database:
         await self.pool.open(wait=False)
 
     async def close(self) -> None:
-        for dedicated in self._dedicated:
-            await dedicated.close()
         await self.pool.close(timeout=2.0)
-
-    def dedicated(self) -> DedicatedConnection:
-        """A connection outside the pool for one service's statements (closed with the
-        pool). It is configured as the pool's are: a lease epoch unless pooled."""
-        dedicated = DedicatedConnection(self.kwargs, None if self.pooled else take_lease_epoch)
-        self._dedicated.append(dedicated)
-        return dedicated
 
     async def run(self, query: Query[T]) -> T:
         """Run one named statement on a pooled connection (autocommit)."""
@@ -248,62 +235,6 @@ class Database:
         """The dedicated LISTEN connection (only when `listen_kwargs` is set)."""
         assert self.listen_kwargs is not None
         return await psycopg.AsyncConnection.connect(**self.listen_kwargs)
-
-
-class DedicatedConnection:
-    """One connection that a single service keeps for its statements, which it runs one
-    at a time: a queue's claims, or the completer's batches (decision 031).
-
-    Taken from the pool, each of them waited behind the maintenance services for a
-    connection while the pool grew at start-up, and the pool's rotation spread them over
-    every connection, each of which planned the statements anew. Here they always find
-    their connection free, with their statements prepared.
-
-    Opened at the first statement. A connection that broke, or that a cancelled statement
-    left inside a transaction, is closed, and the next statement opens another; the error
-    propagates as the pool's do, so the caller waits out an outage as before.
-    """
-
-    def __init__(
-        self,
-        kwargs: dict[str, Any],
-        configure: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None,
-    ) -> None:
-        self._kwargs = kwargs
-        self._configure = configure
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._opening = asyncio.Lock()
-
-    async def run(self, query: Query[T]) -> T:
-        conn = self._conn if self._conn is not None else await self._open()
-        try:
-            return await query.arun(conn)
-        except BaseException:
-            if conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
-                await self._discard(conn)
-            raise
-
-    async def _open(self) -> psycopg.AsyncConnection[Any]:
-        async with self._opening:  # two callers at once must not open two connections
-            if self._conn is None:
-                conn = await psycopg.AsyncConnection.connect(**self._kwargs)
-                try:
-                    if self._configure is not None:
-                        await self._configure(conn)
-                except BaseException:
-                    await conn.close()
-                    raise
-                self._conn = conn
-            return self._conn
-
-    async def _discard(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if self._conn is conn:
-            self._conn = None
-        await conn.close()
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            await self._discard(self._conn)
 
 
 async def retry_transient(

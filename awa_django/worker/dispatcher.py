@@ -76,8 +76,6 @@ class Dispatcher:
         # Whether claims write the leases, or the heartbeat does (attempt.lease_at_claim).
         self.lease_now = lease_now
         self.db = db
-        # The queue's claims keep a connection of their own (decision 031).
-        self.claim_connection = db.dedicated()
         self.execute = execute
         # Whether the attempt of a claimed row starts within the claim (_start_eagerly).
         self.starts_at_once = starts_at_once
@@ -194,7 +192,7 @@ class Dispatcher:
         """Up to `limit` jobs, and whether to claim again at once (ClaimFloor.claimed)."""
         began = time.monotonic()
         start = self.floor.start()
-        rows = await self.claim_connection.run(
+        rows = await self.db.run(
             jobs_sql.job_claim_many(
                 queue=self.queue.name,
                 limit=limit,

@@ -85,9 +85,7 @@ class Runtime:
         self.db = Database(
             self.settings.database,
             f"awa-worker {self.worker_id}",
-            # Claims and completions have their own connections besides (decision 031):
-            # 4 + 2 per queue in all, as before they did.
-            max_size=3 + len(self.queues),
+            max_size=4 + 2 * len(self.queues),
             listen=self.settings.listen_database,
         )
         self._build_execution()

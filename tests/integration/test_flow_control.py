@@ -32,7 +32,7 @@ from awa_django.worker.database import Database, connection_kwargs
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.overrides import OverrideReader
 from tests.factories import JobFactory as BaseJobFactory
-from tests.runtime_db import count_statements, with_db
+from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,6 +131,16 @@ def test_queue_control_statements_use_an_index() -> None:
 
 
 # -- the dispatcher's rate gate -------------------------------------------------------------
+def count_statements(db: Database) -> list[str]:
+    seen: list[str] = []
+    run = db.run
+
+    async def counted(query: Query[T]) -> T:
+        seen.append(query.statement.name)
+        return await run(query)
+
+    db.run = counted  # type: ignore[method-assign]
+    return seen
 
 
 async def hold(row: JobSnapshot, release: Callable[[], None]) -> None:

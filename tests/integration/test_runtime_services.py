@@ -151,19 +151,15 @@ async def worker() -> AsyncIterator[Worker]:
     db = Database("default", "awa-runtime-test", max_size=4)
     await db.open()
     log: list[str] = []
+    run = db.run
 
-    def logged_run(run: Callable[[Query[T]], Awaitable[T]]) -> Callable[[Query[T]], Awaitable[T]]:
-        async def logged(query: Query[T]) -> T:
-            log.append(query.statement.name)
-            return await run(query)
+    async def logged(query: Query[T]) -> T:
+        log.append(query.statement.name)
+        return await run(query)
 
-        return logged
-
-    db.run = logged_run(db.run)  # type: ignore[method-assign]
+    db.run = logged  # type: ignore[method-assign]
     threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="awa-runtime-test")
     completer = Completer(db, forced=lambda: False)
-    # Batches run on the completer's own connection (decision 031).
-    completer.connection.run = logged_run(completer.connection.run)  # type: ignore[method-assign]
     flushing = asyncio.ensure_future(completer.run())
     inflight, hooks = InFlight(), HookQueue()
     executor = Executor(db, completer, inflight, threads, hooks, 1024, forced=lambda: False)

@@ -26,6 +26,7 @@ from awa_django.execution.context import JobContext
 from awa_django.registry import HookRegistration, registry
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
+from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
@@ -39,7 +40,7 @@ from awa_django.worker.maintenance.promoter import Promoter
 from awa_django.worker.maintenance.pruner import Pruner
 from awa_django.worker.maintenance.rescuer import Rescuer
 from tests.factories import JobFactory as BaseJobFactory
-from tests.runtime_db import count_statements, with_db
+from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,6 +52,20 @@ T = TypeVar("T")
 class JobFactory(BaseJobFactory):
     kind = "core_svc"
     queue = Q
+
+
+def count_statements(db: Database) -> list[str]:
+    """Record the name of every statement `db` runs from now on."""
+    seen: list[str] = []
+
+    run = db.run
+
+    async def counted(query: Query[T]) -> T:
+        seen.append(query.statement.name)
+        return await run(query)
+
+    db.run = counted  # type: ignore[method-assign]
+    return seen
 
 
 def claim(limit: int = 10, deadline: float = 0.0) -> list[JobSnapshot]:
