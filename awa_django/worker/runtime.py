@@ -49,6 +49,10 @@ from awa_django.worker.supervisor import SUPERVISOR_ENV
 logger = logging.getLogger("awa_django.worker")
 
 EXIT_OK, EXIT_UNCLEAN = 0, 1
+# How long after the dispatchers the leader election (with the first maintenance pass) and
+# the worker's registration begin (decision 031): a starting worker's first claims then
+# have the machine and the pool to themselves, and that pass runs on warm connections.
+SERVICES_DELAY = 1.0
 # How long the steps after the grace period (leadership, deregistration, closing) may take.
 EXIT_BUDGET = 4.0
 DEFAULT_METRICS_HOST = "0.0.0.0"  # a container's probes and scrapes come from outside
@@ -276,10 +280,9 @@ class Runtime:
             self.listener.run(),
             self.completer.run(),
             self.hook_queue.run(),
-            self.maintenance.run(),
-            self._registrar_loop(),
             self._watch_supervisor(),
             self.overrides.run(),
+            self._start_services_later(),
         )
         logger.info("awa worker %s started: %s", self.worker_id, self._limits_line())
         await self._stop.wait()
@@ -304,6 +307,10 @@ class Runtime:
     def _spawn(self, *coroutines: Awaitable[Any]) -> None:
         for coroutine in coroutines:
             self._tasks.append(asyncio.ensure_future(coroutine))
+
+    async def _start_services_later(self) -> None:
+        await asyncio.sleep(SERVICES_DELAY)
+        self._spawn(self.maintenance.run(), self._registrar_loop())
 
     async def _registrar_loop(self) -> None:
         while True:

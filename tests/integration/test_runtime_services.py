@@ -42,6 +42,7 @@ from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInsta
 from awa_django.storage.query import Query
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.worker import registrar as registrar_module
+from awa_django.worker import runtime as runtime_module
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
 from awa_django.worker.dispatcher import Dispatcher
@@ -319,9 +320,14 @@ def test_runtime_runs_jobs_and_a_stop_drains_it_to_exit_code_zero() -> None:
         running = await started(rt)
         rows = await in_thread(lambda: awa_django.enqueue_many([RuntimeSvc("complete")] * 3))
         await until(lambda: rt.executor.completed_count == 3)
-        registered = await in_thread(
-            lambda: WorkerInstance.objects.filter(worker_id=rt.worker_id).exists()
-        )
+        # The registration starts a second after the dispatchers (decision 031).
+        deadline = time.monotonic() + DEADLINE
+        while not (
+            registered := await in_thread(
+                lambda: WorkerInstance.objects.filter(worker_id=rt.worker_id).exists()
+            )
+        ) and (time.monotonic() < deadline):
+            await asyncio.sleep(0.05)
         rt.request_stop()
         assert len(rows) == 3
         return await running, registered
@@ -332,6 +338,29 @@ def test_runtime_runs_jobs_and_a_stop_drains_it_to_exit_code_zero() -> None:
     assert not WorkerInstance.objects.filter(worker_id=rt.worker_id).exists()  # deregistered
     assert not LeaderLease.objects.filter(holder=rt.worker_id).exists()  # released
     assert not ActiveLease.objects.exists()
+
+
+def test_a_starting_worker_claims_before_it_seeks_leadership_or_registers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decision 031: the election (with the first maintenance pass) and the registration
+    wait SERVICES_DELAY after the dispatchers. Jobs run meanwhile; a worker stopped
+    before the delay leaves neither a leader lease nor a worker row behind."""
+    monkeypatch.setattr(runtime_module, "SERVICES_DELAY", 3 * DEADLINE)
+    rt = runtime(concurrency=2)
+
+    async def main() -> tuple[int, bool, bool]:
+        running = await started(rt)
+        await in_thread(lambda: awa_django.enqueue_many([RuntimeSvc("complete")] * 3))
+        await until(lambda: rt.executor.completed_count == 3)
+        leading = await in_thread(LeaderLease.objects.exists)
+        registered = await in_thread(WorkerInstance.objects.exists)
+        rt.request_stop()
+        return await running, leading, registered
+
+    assert run_loop(main) == (EXIT_OK, False, False)
+    assert not LeaderLease.objects.exists()
+    assert not WorkerInstance.objects.exists()
 
 
 def test_a_stop_lets_the_running_attempt_finish_and_tells_it_to_wrap_up() -> None:
