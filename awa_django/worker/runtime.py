@@ -310,6 +310,8 @@ class Runtime:
 
     async def _start_services_later(self) -> None:
         await asyncio.sleep(SERVICES_DELAY)
+        if self._stop is not None and self._stop.is_set():
+            return  # stopping: a draining worker neither seeks leadership nor registers
         self._spawn(self.maintenance.run(), self._registrar_loop())
 
     async def _registrar_loop(self) -> None:

@@ -112,6 +112,14 @@ async def until(condition: Callable[[], bool], timeout: float = DEADLINE) -> Non
         await asyncio.sleep(0.01)
 
 
+async def until_in_thread(condition: Callable[[], bool], timeout: float = DEADLINE) -> None:
+    """`until` for a condition that reads the database (ORM code, off the event loop)."""
+    deadline = time.monotonic() + timeout
+    while not await in_thread(condition):
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
 async def in_thread(call: Callable[[], T]) -> T:
     """ORM code from the event loop: on a thread of its own, its connection closed after."""
 
@@ -316,23 +324,19 @@ async def started(rt: Runtime) -> asyncio.Future[int]:
 def test_runtime_runs_jobs_and_a_stop_drains_it_to_exit_code_zero() -> None:
     rt = runtime(concurrency=2)
 
-    async def main() -> tuple[int, bool]:
+    async def main() -> int:
         running = await started(rt)
         rows = await in_thread(lambda: awa_django.enqueue_many([RuntimeSvc("complete")] * 3))
         await until(lambda: rt.executor.completed_count == 3)
-        # The registration starts a second after the dispatchers (decision 031).
-        deadline = time.monotonic() + DEADLINE
-        while not (
-            registered := await in_thread(
-                lambda: WorkerInstance.objects.filter(worker_id=rt.worker_id).exists()
-            )
-        ) and (time.monotonic() < deadline):
-            await asyncio.sleep(0.05)
+        # Leadership and registration start a second after the dispatchers (decision 031).
+        await until(lambda: rt.elector.is_leader)
+        registered = WorkerInstance.objects.filter(worker_id=rt.worker_id).exists
+        await until_in_thread(registered)
         rt.request_stop()
         assert len(rows) == 3
-        return await running, registered
+        return await running
 
-    assert run_loop(main) == (EXIT_OK, True)
+    assert run_loop(main) == EXIT_OK
     jobs = Job.objects.filter(queue=Q)
     assert [(j.state, j.attempted_by) for j in jobs] == [("completed", [rt.worker_id])] * 3
     assert not WorkerInstance.objects.filter(worker_id=rt.worker_id).exists()  # deregistered
@@ -361,6 +365,27 @@ def test_a_starting_worker_claims_before_it_seeks_leadership_or_registers(
     assert run_loop(main) == (EXIT_OK, False, False)
     assert not LeaderLease.objects.exists()
     assert not WorkerInstance.objects.exists()
+
+
+def test_a_worker_told_to_stop_before_the_delay_neither_leads_nor_registers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its drain may outlast SERVICES_DELAY: the services still never start."""
+    monkeypatch.setattr(runtime_module, "SERVICES_DELAY", 0.2)
+    enqueue("block")
+    rt = runtime()
+
+    async def main() -> tuple[int, bool, bool]:
+        running = await started(rt)
+        await until(lambda: len(rt.inflight) == 1)
+        rt.request_stop()
+        await asyncio.sleep(0.6)  # the drain, held by the blocked job, outlasts the delay
+        leading = await in_thread(LeaderLease.objects.exists)
+        registered = await in_thread(WorkerInstance.objects.exists)
+        UNBLOCK.set()
+        return await running, leading, registered
+
+    assert run_loop(main) == (EXIT_OK, False, False)
 
 
 def test_a_stop_lets_the_running_attempt_finish_and_tells_it_to_wrap_up() -> None:
