@@ -107,13 +107,20 @@ def ballast_left() -> int:
         return int(cursor.fetchone()[0])
 
 
+def _leading() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM awa_leader_lease WHERE expires_at > now()")
+        return bool(cursor.fetchone()[0])
+
+
 def promote_deep(options: Any) -> dict[str, Any]:
     db.reset()
     took = fill(options.promote_rows, "scheduled", run_at_s=365 * 86400.0)
     vacuum_analyze()
     count = int(PROMOTE_RATE * options.promote_seconds)
     with WorkerProcess() as worker:
-        time.sleep(2.0)  # the worker is up, leading, and idle
+        # Up and leading (it seeks leadership a second after it starts, decision 031).
+        db.wait_until(_leading, 30.0, 0.1, "the worker's leadership")
         fill(
             count,
             "scheduled",
