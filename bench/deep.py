@@ -21,6 +21,9 @@ import time
 from typing import Any
 
 from django.db import connection
+from django.db.models.functions import Now
+
+from awa_django.storage.models import LeaderLease
 
 from . import database as db
 from .stats import latency_ms
@@ -108,9 +111,7 @@ def ballast_left() -> int:
 
 
 def _leading() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM awa_leader_lease WHERE expires_at > now()")
-        return bool(cursor.fetchone()[0])
+    return LeaderLease.objects.filter(expires_at__gt=Now()).exists()
 
 
 def promote_deep(options: Any) -> dict[str, Any]:

@@ -379,7 +379,14 @@ def test_a_worker_told_to_stop_before_the_delay_neither_leads_nor_registers(
         running = await started(rt)
         await until(lambda: len(rt.inflight) == 1)
         rt.request_stop()
-        await asyncio.sleep(0.6)  # the drain, held by the blocked job, outlasts the delay
+        # The drain, held by the blocked job, outlasts the delay: wait for the delayed
+        # start to have run its course.
+        (delayed,) = [
+            task
+            for task in asyncio.all_tasks()
+            if task.get_coro().__qualname__ == "Runtime._start_services_later"  # type: ignore[union-attr]
+        ]
+        await until(delayed.done)
         leading = await in_thread(LeaderLease.objects.exists)
         registered = await in_thread(WorkerInstance.objects.exists)
         UNBLOCK.set()
