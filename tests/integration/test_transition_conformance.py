@@ -165,8 +165,13 @@ def test_a_worker_outcome_fires_one_event_per_committed_transition(
     assert names(outcomes) == ([event.__name__] if event else [])
 
 
-def test_an_unknown_kind_fires_one_exhausted(scheduler: str) -> None:
-    job_id = JobFactory(kind="conformance_nobody", queue=QUEUE).id
+@pytest.mark.parametrize(
+    "fields",
+    [{"kind": "conformance_nobody"}, {"kind": "conformance", "args": {"mode": 7}}],
+    ids=["unknown_kind", "args_that_do_not_fit"],
+)
+def test_a_job_that_cannot_run_fires_one_exhausted(scheduler: str, fields: dict[str, Any]) -> None:
+    job_id = JobFactory(queue=QUEUE, **fields).id
     _, events = run_attempt(scheduler, job_id)
     assert committed(job_id) == [CLAIM, ("running", "failed")]
     assert names(one_event_per_transition(job_id, events)) == ["Exhausted"]
