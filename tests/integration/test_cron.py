@@ -19,7 +19,9 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 import awa_django
@@ -302,6 +304,26 @@ def test_hooks_see_cron_jobs_like_any_other_job(declared: list[ScheduleDefinitio
         assert drain("acc") == 1
     (completed,) = captured.of_type(Completed)
     assert completed.job.id == job.id and completed.job.metadata["cron_name"] == "acc-hooked"
+
+
+def test_migration_0012_adds_resumed_at_under_existing_schedules(
+    declared: list[ScheduleDefinition],
+) -> None:
+    periodic(declared, "cron-mig", "* * * * *")
+    sync(declared)
+    now = db_now()
+    set_row("cron-mig", last_fire_at=minute(now) - dt.timedelta(minutes=1), paused=True)
+    MigrationExecutor(connection).migrate([("awa_django", "0011_lease_epochs")])
+    try:
+        with connection.cursor() as cursor:
+            columns = connection.introspection.get_table_description(cursor, "awa_cron_schedules")
+        assert "resumed_at" not in {column.name for column in columns}
+    finally:
+        call_command("migrate", "awa_django", verbosity=0)
+    row = CronSchedule.objects.get()
+    assert (row.resumed_at, row.paused) == (None, True)  # NULL: judged by age, as before
+    Client().resume_schedule("cron-mig")
+    assert fire_times(evaluate()) == [minute(now)]
 
 
 # -- a healthy leader, a failover and an outage, under a controlled clock -----------------
