@@ -89,6 +89,11 @@ class AwaSettings:
     # every CRON_SYNC_INTERVAL (and as soon as it leads). Decision 013.
     cron_interval: float = 1.0
     cron_sync_interval: float = 60.0
+    # A fire older than CRON_INTERVAL + CRON_GRACE when the leader first sees it owed was
+    # *missed* (no leader, or a stalled one) and its schedule's missed-fire policy applies;
+    # any younger fire is enqueued whatever the policy. More than a leader failover takes
+    # with the default LEADER_TTL and ELECTION_INTERVAL. Decision 034, docs/cron.md.
+    cron_grace: float = 60.0
     leader_ttl: float = 30.0
     election_interval: float = 10.0
     shutdown_grace: float = 30.0

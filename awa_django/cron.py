@@ -31,9 +31,10 @@ CATCH_UP_PER_PASS = 100
 
 
 class MissedFirePolicy(enum.StrEnum):
-    """What a schedule does with the fires it missed while no leader evaluated it."""
+    """What a schedule does with the fires it missed (`missed_before`): no leader evaluated
+    it in time, or it was paused. Fires a healthy leader sees in time are all enqueued."""
 
-    COALESCE = "coalesce"  # only the latest missed fire
+    COALESCE = "coalesce"  # only the latest due fire
     CATCH_UP = "catch_up"  # every missed fire, in order
 
 
@@ -86,21 +87,41 @@ def next_fire_after(expression: str, zone: ZoneInfo, after: dt.datetime) -> dt.d
     return next(_forward(expression, zone, after), None)
 
 
+def missed_before(
+    now: dt.datetime, window: dt.timedelta, resumed_at: dt.datetime | None
+) -> dt.datetime:
+    """Fires at or before the instant returned were *missed*: older than `window` (one cron
+    pass plus the grace) at `now`, or due before the schedule was last resumed (due while it
+    was paused). docs/cron.md, decision 034."""
+    horizon = now - window
+    return horizon if resumed_at is None else max(horizon, resumed_at)
+
+
 def due_fires(
     expression: str,
     zone: ZoneInfo,
     after: dt.datetime,
     now: dt.datetime,
     policy: MissedFirePolicy,
+    *,
+    missed: dt.datetime,
     limit: int = CATCH_UP_PER_PASS,
 ) -> list[dt.datetime]:
-    """The fires to enqueue now, oldest first: those in (`after`, `now`] under `policy`.
+    """The fires to enqueue now, oldest first: those owed in (`after`, `now`].
 
     `after` is the last fire (or, for a schedule that never fired, when it was first
-    synced: a new schedule does not back-fill). coalesce: the latest one only; catch_up: up
-    to `limit` of them, the rest on the next pass.
+    synced: a new schedule does not back-fill); a fire at or before `missed` was missed
+    (`missed_before`). While the oldest owed fire is not missed (a healthy leader, however
+    late its pass), every owed fire is enqueued, whatever the policy. Once it is (an
+    outage, a pause), the policy decides: coalesce, the latest owed fire only; catch_up,
+    every one. Either way at most `limit` per pass, the rest on the next.
     """
-    if policy is MissedFirePolicy.COALESCE:
+    first = next_fire_after(expression, zone, after)
+    if first is None or first > now:
+        return []
+    if policy is MissedFirePolicy.COALESCE and first <= missed:
+        # One backwards step, so a month-long outage of a per-second schedule costs one
+        # computation, not a walk over 2.6 million fires.
         latest = _latest_at_or_before(expression, zone, now)
         return [latest] if latest is not None and latest > after else []
     fires: list[dt.datetime] = []

@@ -66,11 +66,14 @@ class Retried(Event[T]):
 class Exhausted(Event[T]):
     """The job failed for good (terminal error or attempts used up). `dead_lettered`: its
     queue has `"dead_letter": True`, so the job moved to the dead letters instead of staying
-    `failed` among the jobs (`job` is its row as it left, state `failed`)."""
+    `failed` among the jobs (`job` is its row as it left, state `failed`). `reason`: set
+    when maintenance rescued its last attempt (`stale_heartbeat`, `deadline_exceeded`,
+    `expired_callback`; no `Rescued` fires then, decision 035), else empty."""
 
     error: str = ""
     attempt: int = 0
     dead_lettered: bool = False
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +85,9 @@ class Cancelled(Event[T]):
 
 @dataclass(frozen=True, slots=True)
 class Rescued(Event[T]):
-    """Maintenance rescued the job: `stale_heartbeat`, `deadline_exceeded` or
-    `expired_callback`."""
+    """Maintenance rescued the job and it will retry (`retryable`): `stale_heartbeat`,
+    `deadline_exceeded` or `expired_callback`. A rescue of the last attempt fires
+    `Exhausted` with that reason instead (decision 035)."""
 
     reason: str = ""
 

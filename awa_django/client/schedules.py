@@ -56,7 +56,17 @@ def pause(using: str, name: str, by: str) -> ScheduleSnapshot:
 
 
 def resume(using: str, name: str) -> ScheduleSnapshot:
-    _update(using, name, paused=False, paused_at=None, paused_by="", updated_at=Now())
+    """Fire `name` again. The fires due while it was paused count as missed (its policy
+    decides), however short the pause: `resumed_at` marks them (decision 034). Idempotent:
+    resuming an active schedule changes nothing."""
+    changed = (
+        _model()
+        .objects.using(using)
+        .filter(name=name, paused=True)
+        .update(paused=False, paused_at=None, paused_by="", resumed_at=Now(), updated_at=Now())
+    )
+    if not changed:
+        schedule(using, name)  # ScheduleNotFound, unless it was not paused
     return schedule(using, name)
 
 
@@ -73,11 +83,6 @@ def remove(using: str, name: str) -> None:
     sync (as a new schedule: no back-fill), so remove the declaration first."""
     deleted, _ = _model().objects.using(using).filter(name=name).delete()
     if not deleted:
-        raise ScheduleNotFound(f"no cron schedule named {name!r}")
-
-
-def _update(using: str, name: str, **fields: object) -> None:
-    if not _model().objects.using(using).filter(name=name).update(**fields):
         raise ScheduleNotFound(f"no cron schedule named {name!r}")
 
 

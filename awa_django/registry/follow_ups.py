@@ -79,7 +79,8 @@ def on_waiting_for_callback_enqueue(
 def on_rescued_enqueue(
     args_type: type[A], build: Callable[[A, Rescued[A]], Built]
 ) -> Callable[[A, Rescued[A]], Built]:
-    """... when maintenance rescues the job (`Rescued`: reason). Best-effort: written right
+    """... when maintenance rescues the job and it will retry (`Rescued`: reason; a rescue
+    of the last attempt fires `Exhausted`, decision 035). Best-effort: written right
     after the rescue commits, in a transaction of their own (decision 015). Returns
     `build`."""
     _register(args_type, Rescued, build)

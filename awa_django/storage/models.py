@@ -352,6 +352,9 @@ class CronSchedule(models.Model):
     paused = models.BooleanField(default=False)
     paused_at = models.DateTimeField(null=True, blank=True)
     paused_by = models.CharField(max_length=200, blank=True, default="")
+    # When it was last resumed: fires due before then were due while it was paused, so they
+    # count as missed and its missed-fire policy applies to them (decision 034).
+    resumed_at = models.DateTimeField(null=True, blank=True)
     # The last scheduled fire enqueued (NULL: never fired; fires start after created_at).
     last_fire_at = models.DateTimeField(null=True, blank=True)
     # The job the last fire (or manual trigger) enqueued; not a foreign key, since

@@ -2,7 +2,8 @@
 
 Events wait in a bounded backlog drained by a few consumer tasks; sync hooks run on a small
 pool of their own. Each job's events go to one lane (by job id) with one consumer, so a
-job's events reach its hooks in the order they committed (Rescued before Exhausted). A
+job's events reach its hooks in the order they committed (WaitingForCallback before the
+resolution's event). A
 slow hook costs claiming and completion nothing but the enqueue of its event.
 
 The contract (docs/hooks.md, decision 010): one delivery per committed outcome, unless the

@@ -84,6 +84,9 @@ class WorkerMetrics:
         if isinstance(event, Rescued):
             self._count("awa_maintenance_rescues", (event.reason,))
             return
+        if isinstance(event, Exhausted) and event.reason:
+            # A rescue of a last attempt fires only Exhausted (decision 035): it is both.
+            self._count("awa_maintenance_rescues", (event.reason,))
         outcome = _OUTCOMES.get(type(event))
         if outcome is not None:
             self._count(f"awa_job_{outcome}", (event.job.kind, event.job.queue))

@@ -175,7 +175,7 @@ class Runtime:
         self.rescuer = Rescuer(
             self.db, s.heartbeat_staleness, self._on_rescued, s.dead_letter_queues
         )
-        self.cron = CronScheduler(self.db)
+        self.cron = CronScheduler(self.db, missed_after=s.cron_interval + s.cron_grace)
         self.maintenance = MaintenanceLoop(
             self.elector,
             s.election_interval,

@@ -234,13 +234,15 @@ if "acc_rolling" not in WITHOUT_KINDS:
     awa_django.job(AccRolling, queue="acc")(acc_rolling)
 
 
-# A schedule firing every second, declared only in workers started with AWA_TEST_CRON=1
-# (the cron failover test), so it never fires in any other test.
+# Schedules firing every second, one per missed-fire policy, declared only in workers
+# started with AWA_TEST_CRON=1 (the cron failover test), so they never fire in any other test.
 CRON_EVERY_SECOND = "acc-every-second"
+CRON_EVERY_SECOND_COALESCE = "acc-every-second-coalesce"
 if os.environ.get("AWA_TEST_CRON") == "1":
     awa_django.periodic(
         CRON_EVERY_SECOND, "* * * * * *", AccNoop(n=-1), missed_fire_policy="catch_up"
     )
+    awa_django.periodic(CRON_EVERY_SECOND_COALESCE, "* * * * * *", AccNoop(n=-2))
 
 
 # -- exactly-once effects (tests/acceptance/test_atomic_worker.py) --------------------------

@@ -80,10 +80,17 @@ def test_an_expired_callback_is_rescued_in_the_leader_with_its_reason(start_work
     start_worker("--queue", "acc=1")
     wait_until(lambda: row(job.id).state == "failed", timeout=20, what="callback timeout")
     assert row(job.id).errors[-1]["error"] == "callback timed out"
-    wait_until(
-        HookCall.objects.filter(job_id=job.id, event="Rescued", detail="expired_callback").exists,
-        what="Rescued(expired_callback) from the leader",
-    )
+    # Its last attempt: one event for the one transition, Exhausted with the rescue's
+    # reason, and no Rescued (decision 035).
+    exhausted = HookCall.objects.filter(job_id=job.id, event="Exhausted")
+    wait_until(exhausted.exists, what="Exhausted(reason=expired_callback) from the leader")
+    assert exhausted.get().detail == "expired_callback"
+    assert list(
+        HookCall.objects.filter(job_id=job.id)
+        .exclude(event="Started")
+        .order_by("id")
+        .values_list("event", flat=True)
+    ) == ["WaitingForCallback", "Exhausted"]
 
 
 def test_a_sequential_wait_whose_job_is_cancelled_says_it_was_cancelled(start_worker):

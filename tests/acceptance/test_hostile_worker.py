@@ -187,7 +187,7 @@ def test_an_error_text_postgres_cannot_store_is_repaired_and_the_job_ends_failed
     assert worker.stop() == 0
 
 
-def test_a_job_killed_on_its_last_attempt_ends_failed_with_rescued_then_exhausted(
+def test_a_job_killed_on_its_last_attempt_ends_failed_with_one_exhausted_event(
     start_worker,
 ):
     job = awa_django.enqueue(AccSleep(30.0), max_attempts=1)
@@ -204,8 +204,9 @@ def test_a_job_killed_on_its_last_attempt_ends_failed_with_rescued_then_exhauste
     assert (row.state, row.attempt) == ("failed", 1)  # rescued, not claimed again
     [entry] = row.errors
     assert entry["terminal"] is True and "heartbeat stale" in entry["error"]
-    assert outcome_hooks(job.id) == [("Rescued", rescuer.pid), ("Exhausted", rescuer.pid)]
-    assert HookCall.objects.get(job_id=job.id, event="Rescued").detail == "stale_heartbeat"
+    # One transition, one event (decision 035): Exhausted with the rescue's reason.
+    assert outcome_hooks(job.id) == [("Exhausted", rescuer.pid)]
+    assert HookCall.objects.get(job_id=job.id, event="Exhausted").detail == "stale_heartbeat"
     assert executions_per_job() == {job.id: 1}  # never run again
     assert rescuer.stop() == 0
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
+import random
 from collections.abc import Iterator
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 import awa_django
@@ -154,11 +158,15 @@ def test_a_new_schedule_first_fires_at_the_next_fire_after_its_sync(
     periodic(declared, "cron-first", "* * * * * *")
     sync(declared)
     created = CronSchedule.objects.get().created_at
-    # Move the sync 3 s into the past instead of sleeping: three whole seconds are due.
-    set_row("cron-first", created_at=created - dt.timedelta(seconds=3))
-    (job,) = evaluate()  # coalesce: the latest of them only
-    assert fire_times([job])[0] > created - dt.timedelta(seconds=3)
-    assert fire_times([job])[0] <= db_now()
+    # Move the sync 3 s into the past instead of sleeping: three whole seconds are due,
+    # none of them missed (younger than the grace), so all are enqueued, from the first
+    # second after the sync on.
+    synced = created - dt.timedelta(seconds=3)
+    set_row("cron-first", created_at=synced)
+    times = fire_times(evaluate())
+    assert synced < times[0] <= synced + dt.timedelta(seconds=1)
+    assert times == [times[0] + dt.timedelta(seconds=s) for s in range(len(times))]
+    assert len(times) >= 3 and times[-1] <= db_now()
 
 
 def test_a_fire_enqueues_its_job_with_cron_metadata_in_one_statement(
@@ -237,6 +245,22 @@ def test_a_paused_schedule_does_not_fire_and_its_policy_decides_on_resume(
     assert fire_times(evaluate()) == [minute(now)]  # coalesce: one job for the paused time
 
 
+def test_a_short_pause_coalesces_the_fires_it_skipped(declared: list[ScheduleDefinition]) -> None:
+    """Fires due while the schedule was paused are missed however short the pause, even
+    within the grace that a late pass of a healthy leader gets (decision 034)."""
+    periodic(declared, "cron-blip", "* * * * * *")
+    sync(declared)
+    client = Client()
+    client.pause_schedule("cron-blip")
+    set_row("cron-blip", last_fire_at=db_now().replace(microsecond=0) - dt.timedelta(seconds=4))
+    client.resume_schedule("cron-blip")
+    (job,) = evaluate()  # coalesce: one job, for the latest of the four paused seconds
+    resumed_at = CronSchedule.objects.get().resumed_at
+    assert resumed_at is not None and fire_times([job])[0] <= db_now()
+    client.resume_schedule("cron-blip")  # resuming an active schedule changes nothing
+    assert CronSchedule.objects.get().resumed_at == resumed_at
+
+
 def test_trigger_enqueues_one_job_now_and_leaves_the_fire_sequence_alone(
     declared: list[ScheduleDefinition],
 ) -> None:
@@ -280,6 +304,106 @@ def test_hooks_see_cron_jobs_like_any_other_job(declared: list[ScheduleDefinitio
         assert drain("acc") == 1
     (completed,) = captured.of_type(Completed)
     assert completed.job.id == job.id and completed.job.metadata["cron_name"] == "acc-hooked"
+
+
+def test_migration_0012_adds_resumed_at_under_existing_schedules(
+    declared: list[ScheduleDefinition],
+) -> None:
+    periodic(declared, "cron-mig", "* * * * *")
+    sync(declared)
+    now = db_now()
+    set_row("cron-mig", last_fire_at=minute(now) - dt.timedelta(minutes=1), paused=True)
+    MigrationExecutor(connection).migrate([("awa_django", "0011_lease_epochs")])
+    try:
+        with connection.cursor() as cursor:
+            columns = connection.introspection.get_table_description(cursor, "awa_cron_schedules")
+        assert "resumed_at" not in {column.name for column in columns}
+    finally:
+        call_command("migrate", "awa_django", verbosity=0)
+    row = CronSchedule.objects.get()
+    assert (row.resumed_at, row.paused) == (None, True)  # NULL: judged by age, as before
+    Client().resume_schedule("cron-mig")
+    assert fire_times(evaluate()) == [minute(now)]
+
+
+# -- a healthy leader, a failover and an outage, under a controlled clock -----------------
+START = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def jittered(first: float, last: float, rng: random.Random) -> list[float]:
+    """Pass offsets (seconds after START) from `first` until `last`, 0.4 to 1.9 s apart, as
+    a loaded leader's passes come (the loop's tick, slow maintenance steps, GC)."""
+    offsets: list[float] = []
+    while first < last:
+        offsets.append(first)
+        first += rng.uniform(0.4, 1.9)
+    return offsets
+
+
+def run_passes(passes: list[tuple[float, int]], leaders: int = 1) -> None:
+    """Each (offset, leader): that leader's scheduler runs one pass with the clock at
+    START + offset. Leader -1: every leader at once, concurrently (two that both believe
+    they lead)."""
+    now = [START]
+
+    async def run(db: Database) -> None:
+        schedulers = [CronScheduler(db, list, clock=lambda: now[0]) for _ in range(leaders)]
+        for offset, leader in passes:
+            now[0] = START + dt.timedelta(seconds=offset)
+            chosen = schedulers if leader == -1 else [schedulers[leader]]
+            await asyncio.gather(*(s.run_once() for s in chosen))
+
+    with_db(run)
+
+
+def fired(name: str) -> list[dt.datetime]:
+    rows = Job.objects.filter(metadata__cron_name=name).values_list("metadata", flat=True)
+    return sorted(dt.datetime.fromisoformat(m["cron_fire_time"]) for m in rows)
+
+
+def seconds(first: int, last: int) -> list[dt.datetime]:
+    return [START + dt.timedelta(seconds=s) for s in range(first, last + 1)]
+
+
+@pytest.mark.parametrize("policy", ["coalesce", "catch_up"])
+def test_a_healthy_leader_under_pass_jitter_fires_every_second_exactly_once(
+    declared: list[ScheduleDefinition], policy: str
+) -> None:
+    """Issue 26: with coalesce, a pass slightly more than a second after the previous one
+    dropped a fire. A per-second schedule evaluated for 60 s by jittered passes, some run
+    by two leaders at once, enqueues 60 jobs: no duplicate, no gap."""
+    periodic(declared, "cron-jitter", "* * * * * *", missed_fire_policy=policy)
+    sync(declared)
+    set_row("cron-jitter", created_at=START)
+    rng = random.Random(26)
+    offsets = [*jittered(0.3, 60, rng), 60.5]
+    # The jitter holds what dropped fires: passes more than a second apart across two fires.
+    assert any(int(b) - int(a) >= 2 for a, b in itertools.pairwise(offsets))
+    run_passes([(o, -1 if i % 7 == 3 else 0) for i, o in enumerate(offsets)], leaders=2)
+    assert fired("cron-jitter") == seconds(1, 60)
+    assert Job.objects.filter(metadata__cron_name="cron-jitter").count() == 60
+
+
+@pytest.mark.parametrize(("down", "coalesced"), [(35.0, False), (90.0, True)])
+def test_a_failover_within_the_grace_loses_nothing_and_a_longer_outage_coalesces(
+    declared: list[ScheduleDefinition], down: float, coalesced: bool
+) -> None:
+    """Leader 0 evaluates for 10 s and dies; leader 1 takes over `down` seconds later. A
+    failover (35 s: a lease of 30 s expiring plus an election) is within CRON_INTERVAL +
+    CRON_GRACE, so the new leader enqueues every second the gap owes, each once; a longer
+    outage is a real one, and coalesce enqueues one job for it."""
+    periodic(declared, "cron-failover", "* * * * * *")
+    sync(declared)
+    set_row("cron-failover", created_at=START)
+    rng = random.Random(27)
+    before = [(o, 0) for o in jittered(0.3, 10, rng)]
+    back = 10 + down
+    after = [(o, 1) for o in [*jittered(back, back + 10, rng), back + 10.5]]
+    run_passes(before + after, leaders=2)
+    last_before = int(before[-1][0])
+    # Coalesced: one job for the gap (its latest second, the takeover's), then each second.
+    resumed_from = int(back) if coalesced else last_before + 1
+    assert fired("cron-failover") == seconds(1, last_before) + seconds(resumed_from, int(back) + 10)
 
 
 # -- two leaders at once ------------------------------------------------------------------

@@ -45,8 +45,10 @@ def awa_cron(*args: str) -> str:
 # -- awa_cron -----------------------------------------------------------------------------
 def test_awa_cron_lists_schedules_with_their_next_fire(schedule: CronSchedule) -> None:
     lines = awa_cron("list").splitlines()
-    assert lines[0].split()[:3] == ["NAME", "EXPRESSION", "TIMEZONE"]
-    assert lines[1].startswith("nightly") and "coalesce" in lines[1]
+    header, row = lines[0].split(), lines[1].split()
+    assert header[:5] == ["NAME", "EXPRESSION", "TIMEZONE", "STATE", "POLICY"]
+    # STATE says whether it fires (active/paused); POLICY its missed-fire policy.
+    assert row[0] == "nightly" and row[-5:-3] == ["active", "coalesce"]
     assert "+01:00" in lines[1] or "+02:00" in lines[1]  # the next fire, in Berlin time
 
 
@@ -54,7 +56,7 @@ def test_awa_cron_pause_resume_trigger_remove(schedule: CronSchedule) -> None:
     assert awa_cron("pause", "nightly") == "paused nightly\n"
     schedule.refresh_from_db()
     assert schedule.paused and schedule.paused_by == "awa_cron"
-    assert "paused" in awa_cron("list").splitlines()[1]
+    assert awa_cron("list").splitlines()[1].split()[-5:-3] == ["paused", "coalesce"]
     assert awa_cron("resume", "nightly") == "resumed nightly\n"
     job_id = Job.objects.get(id=int(awa_cron("trigger", "nightly").split()[-1])).id
     assert CronSchedule.objects.get().last_job_id == job_id

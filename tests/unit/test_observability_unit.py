@@ -14,10 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from awa_django.admin import charts
 from awa_django.client import Breach, QueueStats, Thresholds, breaches
+from awa_django.events import Exhausted, Rescued
 from awa_django.exceptions import InvalidThreshold, MetricsUnavailable
 from awa_django.worker import metrics as metrics_module
 from awa_django.worker.health import HealthServer
 from awa_django.worker.metrics import WorkerMetrics, _otel_name
+from tests.unit.test_hooks_unit import job_row
 
 
 @given(st.floats(min_value=1e-6, max_value=1e12, allow_nan=False))
@@ -110,6 +112,19 @@ def test_prometheus_sink_counts_per_label_and_exposes_live_gauges() -> None:
     assert "awa_queue_depth" not in text  # only the leader publishes depth and lag
     sink.is_leader = lambda: True
     assert 'awa_queue_lag_seconds{queue="q"} 1.5' in sink.render().decode()
+
+
+def test_a_rescue_counts_once_whether_it_retries_or_ends_the_job() -> None:
+    """Decision 035: a rescue of the last attempt fires only Exhausted (with its reason);
+    it counts as a rescue and as a failure, a retrying rescue (Rescued) as a rescue."""
+    sink = WorkerMetrics(prometheus=True)
+    job = job_row(kind="k", queue="q", state="failed")
+    sink.event(Rescued(job=job, reason="stale_heartbeat"))
+    sink.event(Exhausted(job=job, error="e", attempt=3, reason="stale_heartbeat"))
+    sink.event(Exhausted(job=job, error="e", attempt=3))  # a handler's: no rescue
+    text = sink.render().decode()
+    assert 'awa_maintenance_rescues_total{reason="stale_heartbeat"} 2.0' in text
+    assert 'awa_job_failed_total{kind="k",queue="q"} 2.0' in text
 
 
 def test_histograms_count_a_value_on_a_bound_in_that_bucket_and_cumulate() -> None:

@@ -53,13 +53,16 @@ def _run(client: Client, verb: str, name: str, by: str) -> str:
 def _table(schedules: list[ScheduleSnapshot]) -> str:
     if not schedules:
         return "no cron schedules (a worker's leader syncs the declared ones)"
-    rows = [("NAME", "EXPRESSION", "TIMEZONE", "STATE", "LAST FIRE", "NEXT FIRE", "LAST JOB")]
+    rows = [
+        ("NAME", "EXPRESSION", "TIMEZONE", "STATE", "POLICY", "LAST FIRE", "NEXT FIRE", "LAST JOB")
+    ]
     rows += [
         (
             s.name,
             s.expression,
             s.timezone,
-            "paused" if s.paused else s.missed_fire_policy,
+            "paused" if s.paused else "active",
+            s.missed_fire_policy,
             _when(s.last_fire_at),
             _when(s.next_fire_at),
             "-" if s.last_job_id is None else str(s.last_job_id),

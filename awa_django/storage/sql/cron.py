@@ -103,6 +103,7 @@ class ScheduleState:
     missed_fire_policy: str
     last_fire_at: dt.datetime | None
     created_at: dt.datetime
+    resumed_at: dt.datetime | None
 
 
 # No params. Every schedule that is not paused, with the database clock (`now()`), which
@@ -110,7 +111,8 @@ class ScheduleState:
 CRON_SCHEDULE_LIST_UNPAUSED = Statement(
     "cron_schedule_list_unpaused",
     """
-SELECT now(), name, expression, timezone, missed_fire_policy, last_fire_at, created_at
+SELECT now(), name, expression, timezone, missed_fire_policy, last_fire_at, created_at,
+       resumed_at
 FROM awa_cron_schedules WHERE NOT paused ORDER BY name
 """,
 )

@@ -2,8 +2,11 @@
 second, enqueues each due fire through the compare-and-swap statement (decision 013).
 
 Due fires are computed from the database clock in each schedule's zone (`awa_django.cron`);
-the leader's own clock is never read. Safety does not rest on leadership: two processes
-that briefly both lead compute the same fire, and only one compare-and-swap applies.
+the leader's own clock is never read. A pass that runs late enqueues every fire it owes;
+only fires older than one pass plus `CRON_GRACE`, or due while the schedule was paused,
+count as missed and go by the missed-fire policy (decision 034). Safety does not rest on
+leadership: two processes that briefly both lead compute the same fire, and only one
+compare-and-swap applies.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import json
 import logging
 from collections.abc import Callable
 
-from awa_django.cron import MissedFirePolicy, check_expression, check_timezone, due_fires
+from awa_django.conf import awa_settings
+from awa_django.cron import (
+    MissedFirePolicy,
+    check_expression,
+    check_timezone,
+    due_fires,
+    missed_before,
+)
 from awa_django.exceptions import InvalidSchedule
 from awa_django.registry import registry
 from awa_django.registry.schedules import ScheduleDefinition
@@ -30,9 +40,20 @@ class CronScheduler:
         self,
         db: Database,
         declared: Callable[[], list[ScheduleDefinition]] = registry.schedules,
+        *,
+        missed_after: float | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
+        """`missed_after`: seconds after which a fire counts as missed (default
+        CRON_INTERVAL + CRON_GRACE). `clock`: None reads the database clock, as production
+        must; tests pass a controlled one to place passes at chosen instants."""
         self.db = db
         self.declared = declared
+        if missed_after is None:
+            settings = awa_settings()
+            missed_after = settings.cron_interval + settings.cron_grace
+        self.missed_after = dt.timedelta(seconds=missed_after)
+        self.clock = clock
         self._invalid: set[tuple[str, str, str]] = set()  # logged once each
 
     async def sync(self) -> list[str]:
@@ -86,8 +107,10 @@ class CronScheduler:
                 self._invalid.add(key)
                 logger.error("cron schedule %s cannot be evaluated: %s", schedule.name, exc)
             return []
+        now = schedule.now if self.clock is None else self.clock()
         after = schedule.last_fire_at or schedule.created_at
-        return due_fires(expression, zone, after, schedule.now, policy)
+        missed = missed_before(now, self.missed_after, schedule.resumed_at)
+        return due_fires(expression, zone, after, now, policy, missed=missed)
 
 
 def _upsert(definitions: list[ScheduleDefinition]) -> Query[list[str]]:

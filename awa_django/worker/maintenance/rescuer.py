@@ -1,8 +1,10 @@
 """Rescues attempts whose heartbeat went stale or whose deadline passed, and parked jobs
-whose callback timed out; emits `Rescued` for each in this (the leader's) process, then
-`Exhausted` for a job whose last attempt it was (attempts are a hard bound, decision 009),
-moved to the dead letters on a dead-letter queue (decision 016), and inserts their
-follow-up jobs, best-effort, once the rescue committed (decision 015)."""
+whose callback timed out; emits one event per rescue in this (the leader's) process:
+`Rescued` for a job that will retry, `Exhausted` (with the rescue's `reason`) for a job
+whose last attempt it was (attempts are a hard bound, decision 009; one committed
+transition, one event, decision 035), moved to the dead letters on a dead-letter queue
+(decision 016); and inserts their follow-up jobs, best-effort, once the rescue committed
+(decision 015)."""
 
 from __future__ import annotations
 
@@ -48,28 +50,34 @@ class Rescuer:
         ]
         for reason, row in rescued:
             logger.warning("rescued job %s (%s): %s", row.id, row.kind, reason)
-            events: list[Event] = [Rescued(job=row, reason=reason)]
-            if row.state == JobState.FAILED:
-                error = row.errors[-1]["error"] if row.errors else reason
-                dead = row.queue in self.dead_letter_queues
-                events.append(
-                    Exhausted(job=row, error=error, attempt=row.attempt, dead_lettered=dead)
-                )
-            await self._follow_ups(events)
-            for event in events:
-                self.emit(event)
+            event = self._event(reason, row)
+            await self._follow_ups(event)
+            self.emit(event)
         await self.db.run(leases_sql.lease_delete_orphans(staleness_seconds=self.staleness))
         return rescued
 
-    async def _follow_ups(self, events: list[Event]) -> None:
+    def _event(self, reason: str, row: JobSnapshot) -> Event:
+        """The one event of one committed rescue (decision 035): the job retries
+        (`Rescued`) or it ended `failed` on its last attempt (`Exhausted`, never both)."""
+        if row.state != JobState.FAILED:
+            return Rescued(job=row, reason=reason)
+        return Exhausted(
+            job=row,
+            error=row.errors[-1]["error"] if row.errors else reason,
+            attempt=row.attempt,
+            dead_lettered=row.queue in self.dead_letter_queues,
+            reason=reason,
+        )
+
+    async def _follow_ups(self, event: Event) -> None:
         """Best-effort, after the rescue committed (decision 015): a rescue is a batch of
         the leader's, and one job's failing builder must not hold the others running."""
         try:
-            inserts = follow_ups.insert(events)
+            inserts = follow_ups.insert([event])
             if inserts is not None:
                 await self.db.run(inserts)
         except Exception:
-            logger.exception("follow-up jobs of rescued job %s were not enqueued", events[0].job.id)
+            logger.exception("follow-up jobs of rescued job %s were not enqueued", event.job.id)
 
     async def _stale_heartbeats(self) -> list[JobSnapshot]:
         return await self.db.run(
