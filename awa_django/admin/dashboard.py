@@ -40,7 +40,9 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "queues": [_queue_row(q, changelist, dead_letters) for q in stats],
         "workers": [_worker_row(w) for w in client.live_workers()],
         "unhandled": _unhandled_rows(client.unhandled_kinds(), changelist),
-        "dead_letters": _dead_letter_rows(client.dead_letter_depth(), model_admin),
+        "dead_letters": _dead_letter_rows(
+            {q.queue: q.dead_letters for q in stats if q.dead_letters}, model_admin
+        ),
         "dead_letter_retention": format_duration(awa_settings().dead_letter_retention),
         "window_minutes": WINDOW_MINUTES,
         "can_pause": request.user.has_perm(PAUSE_PERMISSION),

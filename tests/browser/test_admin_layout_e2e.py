@@ -1,4 +1,4 @@
-"""Every admin page at a laptop's width (1280×800) and a desktop's (1920×1080): nothing
+"""Every admin page at a laptop's width (1280x800) and a desktop's (1920x1080): nothing
 scrolls sideways, neither the page nor a table inside it (Django's change list scrolls its
 table in a box of its own), and the detail pages carry their action buttons. One
 screenshot per page and width goes to $AWA_SCREENSHOT_DIR (issue 27, section 3)."""
@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from awa_django.storage.models import ActiveLease, CronSchedule, QueueRollup, WorkerInstance
+from awa_django.storage.models import (
+    ActiveLease,
+    CronSchedule,
+    Job,
+    QueueRollup,
+    WorkerInstance,
+)
 from tests.factories import DeadLetterFactory, JobFactory
 
 from .test_dashboard_e2e import log_in, operator
@@ -160,27 +166,51 @@ def _pages(made: dict[str, Any]) -> dict[str, str]:
     }
     for state in ("failed", "retryable", "running", "waiting_external"):
         pages[f"job_detail_{state}"] = f"{admin}/job/{made[state].pk}/change/"
+    pages["job_history"] = f"{admin}/job/{made['failed'].pk}/history/"
+    pages["job_delete"] = f"{admin}/job/{made['failed'].pk}/delete/"
     return pages
+
+
+def _overflow(page: Any, shots: Path, name: str) -> dict[str, Any] | None:
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    measured: dict[str, Any] = page.evaluate(OVERFLOW)
+    too_wide = measured["scrollWidth"] > measured["clientWidth"] or measured["wide"]
+    return measured if too_wide else None
+
+
+def _posted_pages(page: Any, base: str, made: dict[str, Any]) -> dict[str, str]:
+    """Pages reached by a POST, opened in the browser: {name: how to reach them}."""
+    opened = {}
+    page.goto(f"{base}/admin/awa_django/job/{made['waiting_external'].pk}/change/")
+    page.fill("textarea[name=payload]", "{not json")
+    page.click("#awa-act-complete_callbacks")
+    page.wait_for_selector(".errorlist")
+    opened["callback_form"] = "the Complete button with a payload that is not JSON"
+    return opened
 
 
 def test_no_admin_page_scrolls_sideways_at_laptop_or_desktop_width(
     live_server: Any, browser: Any, operator: str, screenshot_dir: Path
 ) -> None:
-    pages = _pages(_fixtures())
+    made = _fixtures()
+    pages = _pages(made)
     found: dict[str, Any] = {}
     for width, height in WIDTHS:
         context = browser.new_context(viewport={"width": width, "height": height})
         page = context.new_page()
         page.set_default_timeout(20_000)
         log_in(page, live_server.url, operator, "/admin/")
+        # One screenshot per page at the laptop width; the desktop ones in a subfolder.
+        shots = screenshot_dir if width == WIDTHS[0][0] else screenshot_dir / str(width)
+        shots.mkdir(exist_ok=True)
         for name, url in pages.items():
             page.goto(live_server.url + url)
             page.wait_for_load_state("load")
-            page.screenshot(path=str(screenshot_dir / f"{name}-{width}.png"), full_page=True)
-            measured = page.evaluate(OVERFLOW)
-            if measured["scrollWidth"] > measured["clientWidth"] or measured["wide"]:
-                found[f"{name} at {width}"] = measured
+            found[f"{name} at {width}"] = _overflow(page, shots, name)
+        for name in _posted_pages(page, live_server.url, made):
+            found[f"{name} at {width}"] = _overflow(page, shots, name)
         context.close()
+    found = {where: measured for where, measured in found.items() if measured}
     assert not found, "\n".join(f"{k}: {v}" for k, v in found.items())
 
 
@@ -204,3 +234,40 @@ def test_detail_pages_carry_the_buttons_of_their_state(
     for name, labels in expected.items():
         page.goto(live_server.url + pages[name])
         expect(page.locator("#awa-object-actions button")).to_have_text(labels)
+
+
+def test_operator_retries_a_failed_job_and_completes_a_callback_from_their_pages(
+    live_server: Any, page: Any, operator: str, screenshot_dir: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page.set_viewport_size({"width": 1280, "height": 800})
+    failed = JobFactory(
+        state="failed",
+        attempt=3,
+        max_attempts=3,
+        finalized_at=timezone.now(),
+        errors=[{"error": TRACEBACK, "attempt": 3, "at": timezone.now().isoformat()}],
+    )
+    waiting = JobFactory(state="waiting_external", attempt=1, callback_id=uuid.uuid4())
+    job_page = f"/admin/awa_django/job/{failed.pk}/change/"
+    log_in(page, live_server.url, operator, job_page)
+    expect(page.locator("details.awa-error-entry[open] pre.awa-error")).to_contain_text(
+        "response = self.session.post("
+    )
+    page.click("#awa-act-retry_jobs")
+    page.wait_for_url(f"**{job_page}")
+    expect(page.locator(".messagelist")).to_contain_text("1 job retried")
+    expect(page.locator(".field-state_badge .awa-badge")).to_have_text("available")
+    page.screenshot(path=str(screenshot_dir / "job_detail_after_retry.png"), full_page=True)
+    assert Job.objects.get(pk=failed.pk).state == "available"
+
+    page.goto(f"{live_server.url}/admin/awa_django/job/{waiting.pk}/change/")
+    page.fill("textarea[name=payload]", "{not json")
+    page.click("#awa-act-complete_callbacks")
+    expect(page.locator(".errorlist")).to_contain_text("Enter a valid JSON.")
+    assert Job.objects.get(pk=waiting.pk).state == "waiting_external"
+    page.fill("textarea[name=payload]", '{"ok": true}')
+    page.click("input[type=submit][value='Complete callbacks']")
+    expect(page.locator(".messagelist")).to_contain_text("1 callback completed")
+    expect(page.locator(".field-state_badge .awa-badge")).to_have_text("completed")

@@ -181,7 +181,7 @@ def test_each_attempts_traceback_is_whole_and_collapsible(client, operator):
     assert page.count('<details class="awa-error-entry"') == 2
     assert page.count('<details class="awa-error-entry" open>') == 1  # the latest
     assert "first &lt;bad&gt;" in page
-    assert 'return order[&quot;a&quot;][&quot;b&quot;] + 1' in page  # the raising line
+    assert "return order[&quot;a&quot;][&quot;b&quot;] + 1" in page  # the raising line
     assert "~~~" not in page and "^^^" not in page
 
 
