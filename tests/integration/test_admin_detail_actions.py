@@ -276,3 +276,10 @@ def test_schedule_buttons_need_manage_schedule(client, operator):
 def test_the_admin_index_links_to_the_dashboard(admin_client):
     page = admin_client.get(reverse("admin:index")).content.decode()
     assert f'href="{reverse("admin:awa_django_dashboard")}"' in page
+
+
+def test_the_payload_box_starts_empty(client, operator):
+    operator(client, "complete_callback")
+    page = detail(client, "job", parked().pk)
+    box = page.split('name="payload"')[1].split("</textarea>")[0]
+    assert box.endswith(">\n") or box.endswith(">"), box
