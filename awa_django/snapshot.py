@@ -117,6 +117,9 @@ class QueueStats:
     rate_override: RateLimit | None = None
     # The limits in force, as text: settings, with overrides marked (docs/flow-control.md).
     limits: str = ""
+    # Jobs of the queue that failed for good into the dead letters, still kept there: the
+    # failures of a dead-letter queue, which never stay among its failed jobs.
+    dead_letters: int = 0
 
     @property
     def running(self) -> int:
@@ -150,6 +153,7 @@ class QueueStats:
                 else {"rate": self.rate_override.rate, "burst": self.rate_override.burst}
             ),
             "limits": self.limits,
+            "dead_letters": self.dead_letters,
         }
 
 

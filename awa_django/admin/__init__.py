@@ -15,5 +15,8 @@ from awa_django.storage.models import CronSchedule, DeadLetter, Job
 admin.site.register(Job, JobAdmin)
 admin.site.register(CronSchedule, CronScheduleAdmin)
 admin.site.register(DeadLetter, DeadLetterAdmin)
+# The index links to the queue dashboard; a site with its own index template keeps it.
+if admin.site.index_template is None:
+    admin.site.index_template = "admin/awa_django/index.html"
 
 __all__ = ["CronScheduleAdmin", "DeadLetterAdmin", "JobAdmin"]

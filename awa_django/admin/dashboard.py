@@ -30,15 +30,19 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
     client = Client(read_alias(request, model_admin.model))
     stats = client.queue_stats(WINDOW_MINUTES)
     changelist = reverse(f"{model_admin.admin_site.name}:awa_django_job_changelist")
+    dead_letters = reverse(f"{model_admin.admin_site.name}:awa_django_deadletter_changelist")
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Queue dashboard",
         "opts": model_admin.model._meta,
-        "states": DEPTH_STATES,
-        "queues": [_queue_row(q, changelist) for q in stats],
+        # A zero-width space after "_" lets a long state name wrap in its header.
+        "states": [state.replace("_", "_\u200b") for state in DEPTH_STATES],
+        "queues": [_queue_row(q, changelist, dead_letters) for q in stats],
         "workers": [_worker_row(w) for w in client.live_workers()],
         "unhandled": _unhandled_rows(client.unhandled_kinds(), changelist),
-        "dead_letters": _dead_letter_rows(client.dead_letter_depth(), model_admin),
+        "dead_letters": _dead_letter_rows(
+            {q.queue: q.dead_letters for q in stats if q.dead_letters}, model_admin
+        ),
         "dead_letter_retention": format_duration(awa_settings().dead_letter_retention),
         "window_minutes": WINDOW_MINUTES,
         "can_pause": request.user.has_perm(PAUSE_PERMISSION),
@@ -77,13 +81,15 @@ def _client(model_admin: Any) -> Client:
     return Client(primary(model_admin.model))
 
 
-def _queue_row(stats: QueueStats, changelist: str) -> dict[str, Any]:
+def _queue_row(stats: QueueStats, changelist: str, dead_letters: str) -> dict[str, Any]:
     def link(state: str) -> str:
         return changelist + "?" + urlencode({"queue": stats.queue, "state__exact": state})
 
     return {
         "name": stats.queue,
         "depth": [(s, stats.depth.get(s, 0), link(s)) for s in DEPTH_STATES],
+        "dead_letters": stats.dead_letters,
+        "dead_letters_url": dead_letters + "?" + urlencode({"queue": stats.queue}),
         "running": stats.running,
         "completed_last_minute": stats.completed_last_minute,
         "completed_in_window": stats.completed_in_window,

@@ -10,11 +10,13 @@ from django.contrib import admin, messages
 from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from awa_django.admin import detail
 from awa_django.admin.actions import report
 from awa_django.admin.filters import KindFilter, QueueFilter
+from awa_django.admin.object_actions import Button, ObjectActionsMixin
 from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.client import Client
 from awa_django.storage.models import DeadLetter
@@ -41,7 +43,7 @@ def _selected(request: HttpRequest, queryset: QuerySet[DeadLetter]) -> list[int]
     return ids
 
 
-class DeadLetterAdmin(ReplicaReadsMixin, _ModelAdmin):
+class DeadLetterAdmin(ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     list_display = ("id", "kind", "queue", "reason", "attempts", "dead_lettered_at", "last_error")
     list_display_links = ("id", "kind")
     list_filter = ("reason", QueueFilter, KindFilter)
@@ -58,7 +60,6 @@ class DeadLetterAdmin(ReplicaReadsMixin, _ModelAdmin):
         "reason",
         "attempts",
         "priority",
-        "run_lease",
         "tags",
         "created_at",
         "attempted_at",
@@ -75,7 +76,7 @@ class DeadLetterAdmin(ReplicaReadsMixin, _ModelAdmin):
             {
                 "fields": (
                     ("id", "kind", "queue"),
-                    ("reason", "attempts", "priority", "run_lease"),
+                    ("reason", "attempts", "priority"),
                     "tags",
                     ("created_at", "attempted_at", "dead_lettered_at"),
                     "attempted_by",
@@ -107,6 +108,19 @@ class DeadLetterAdmin(ReplicaReadsMixin, _ModelAdmin):
         return request.user.has_perm(f"{self.opts.app_label}.purge_dead_letter")
 
     # -- list and detail ----------------------------------------------------------------
+    def object_buttons(self, obj: DeadLetter) -> list[Button]:
+        return [
+            Button("retry_dead_letters", "Retry"),
+            Button("purge_dead_letters", "Purge", danger=True),
+        ]
+
+    def after_action_url(self, request: HttpRequest, obj: DeadLetter, action: str) -> str:
+        """After a retry that went through, the job it became."""
+        gone = not self.get_queryset(request).filter(pk=obj.pk).exists()
+        if action == "retry_dead_letters" and gone:
+            return reverse(f"{self.admin_site.name}:awa_django_job_change", args=[obj.pk])
+        return super().after_action_url(request, obj, action)
+
     @admin.display(description="attempt")
     def attempts(self, obj: DeadLetter) -> str:
         return f"{obj.attempt}/{obj.max_attempts}"

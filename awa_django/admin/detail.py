@@ -12,9 +12,10 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
-from django.utils.timezone import localtime
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import localtime, now
 
+from awa_django.display import format_duration
 from awa_django.storage.models import ActiveLease, Job
 
 # Pretty-printed JSON longer than this is cut, with a link to the whole value.
@@ -45,26 +46,48 @@ def json_block(value: Any, whole_url: str | None = None) -> SafeString:
 
 
 def error_history(errors: list[dict[str, Any]]) -> SafeString:
+    """One collapsible block per attempt's error, the latest open: the summary is the
+    exception line, the body the whole stored traceback."""
     if not errors:
         return format_html('<span class="awa-muted">{}</span>', "no errors")
-    rows = format_html_join(
+    last = len(errors) - 1
+    return format_html_join(
         "",
-        '<tr><td>{}</td><td>{}</td><td>{}</td><td><pre class="awa-error">{}</pre></td></tr>',
+        '<details class="awa-error-entry"{}><summary><span class="awa-error-attempt">attempt {}'
+        '</span> <time>{}</time>{} <code class="awa-error-head">{}</code></summary>'
+        '<pre class="awa-error">{}</pre></details>',
         (
             (
+                mark_safe(" open") if i == last else "",
                 entry.get("attempt", "?"),
                 _entry_time(entry),
-                "terminal" if entry.get("terminal") else "",
-                _cut(str(entry.get("error", "")), MAX_ERROR_CHARS),
+                format_html(' <span class="awa-badge">{}</span>', "terminal")
+                if entry.get("terminal")
+                else "",
+                _cut(_exception_line(text), 200),
+                _cut(text, MAX_ERROR_CHARS),
             )
-            for entry in errors
+            for i, entry in enumerate(errors)
+            for text in [traceback_text(str(entry.get("error", "")))]
         ),
     )
-    return format_html(
-        '<table class="awa-errors"><thead><tr><th>attempt</th><th>at</th><th></th>'
-        "<th>error</th></tr></thead><tbody>{}</tbody></table>",
-        rows,
-    )
+
+
+def traceback_text(error: str) -> str:
+    """A stored error without the marker lines Python 3.11+ draws under a frame's source
+    (`~~~^^^`): alone they say nothing, and a trimmed traceback may begin with one."""
+    return "\n".join(line for line in error.splitlines() if not _is_marker(line))
+
+
+def _is_marker(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.strip("^~")
+
+
+def _exception_line(text: str) -> str:
+    """The first line: the exception (`Type: message`, as the worker stores it first) or
+    a plain message."""
+    return next((line for line in text.splitlines() if line.strip()), "")
 
 
 def progress_bar(progress: dict[str, Any] | None) -> SafeString:
@@ -86,6 +109,8 @@ def progress_bar(progress: dict[str, Any] | None) -> SafeString:
 
 
 def lease_table(lease: ActiveLease | None, job: Job) -> SafeString:
+    """Whose attempt holds the job and how fresh it is, in words: the run lease number is
+    a guard for the runtime, not something an operator acts on."""
     if lease is None and job.state == "running" and job.attempted_by:
         # Decision 030: the attempt's first heartbeat writes its lease.
         return format_html(
@@ -97,12 +122,14 @@ def lease_table(lease: ActiveLease | None, job: Job) -> SafeString:
     if lease is None:
         return format_html('<span class="awa-muted">{}</span>', "no live lease")
     return format_html(
-        '<table class="awa-lease"><tr><th>worker</th><td>{}</td></tr>'
-        "<tr><th>run lease</th><td>{}</td></tr><tr><th>claimed at</th><td>{}</td></tr>"
+        '<p class="awa-lease-summary">Attempt {}\'s lease, held by worker <code>{}</code>; '
+        "last heartbeat {} ago.</p>"
+        '<table class="awa-lease"><tr><th>claimed at</th><td>{}</td></tr>'
         "<tr><th>heartbeat at</th><td>{}</td></tr><tr><th>deadline at</th><td>{}</td></tr>"
         "</table>",
+        job.attempt,
         lease.worker_id,
-        lease.run_lease,
+        format_duration(max((now() - lease.heartbeat_at).total_seconds(), 0.0)),
         when(lease.claimed_at),
         when(lease.heartbeat_at),
         when(lease.deadline_at) if lease.deadline_at else "none",

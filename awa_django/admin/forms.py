@@ -14,10 +14,17 @@ from awa_django.exceptions import InvalidQueueName
 MAX_ERROR_CHARS = 2000
 
 
+class PayloadField(forms.JSONField):
+    """A JSON field whose empty value shows as an empty box, not as `null`."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return "" if value is None else super().prepare_value(value)
+
+
 class CompleteCallbackForm(forms.Form):
     """Payload handed to `Client.complete_external` (any JSON value; empty means none)."""
 
-    payload = forms.JSONField(
+    payload = PayloadField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 6, "cols": 80}),
         help_text='Optional JSON value passed as the callback payload, e.g. {"ok": true}.',

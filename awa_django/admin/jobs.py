@@ -26,10 +26,12 @@ from django.utils.safestring import SafeString
 
 from awa_django.admin import actions, dashboard, detail, history, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
+from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
+from awa_django.admin.object_actions import Button, ObjectActionsMixin
 from awa_django.admin.paginator import EstimatedCountPaginator
 from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.display import format_duration, format_priority
-from awa_django.states import TERMINAL_STATES
+from awa_django.states import TERMINAL_STATES, JobState
 from awa_django.storage.models import ActiveLease, Job, has_tag, in_queue
 
 LAST_ERROR_CHARS = 80
@@ -41,6 +43,8 @@ MAX_BIGINT_DIGITS = len(str(MAX_BIGINT))
 FILTER_PARAMETERS = frozenset({"state__exact", "queue", "kind"})
 # Columns the list never shows; args alone may be 256 KB per row.
 LIST_DEFERRED = ("args", "errors", "metadata", "progress", "result", "unique_key")
+# Posted with a callback form: the action then runs instead of showing its form page.
+APPLY = {"apply": "1"}
 
 # ModelAdmin is generic in django-stubs only; Django's class cannot be subscripted at runtime.
 if TYPE_CHECKING:
@@ -103,7 +107,7 @@ class JobQueueFilter(QueueFilter):
         return in_queue(value)
 
 
-class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
+class JobAdmin(ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     list_display = (
         "id",
         "kind",
@@ -141,7 +145,6 @@ class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
         "state_badge",
         "priority_label",
         "attempts",
-        "run_lease",
         "tags",
         "callback_id",
         "callback_timeout_at",
@@ -164,7 +167,7 @@ class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
             {
                 "fields": (
                     ("id", "kind", "queue"),
-                    ("state_badge", "attempts", "priority_label", "run_lease"),
+                    ("state_badge", "attempts", "priority_label"),
                     "tags",
                     ("callback_id", "callback_timeout_at"),
                 )
@@ -268,6 +271,21 @@ class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
         return one_line if len(head) <= LAST_ERROR_CHARS else one_line[:LAST_ERROR_CHARS] + "…"
 
     # -- detail ---------------------------------------------------------------------------
+    def object_buttons(self, obj: Job) -> list[Button]:
+        """The list's actions that apply in the job's state (the Client re-checks it)."""
+        buttons = []
+        if obj.state in (JobState.FAILED, JobState.CANCELLED):
+            buttons.append(Button("retry_jobs", "Retry"))
+        if obj.state == JobState.WAITING_EXTERNAL and obj.callback_id:
+            buttons += [
+                Button("complete_callbacks", "Complete", CompleteCallbackForm(), fields=APPLY),
+                Button("fail_callbacks", "Fail", FailCallbackForm(), danger=True, fields=APPLY),
+                Button("retry_callbacks", "Retry"),
+            ]
+        if obj.state not in TERMINAL_STATES:
+            buttons.append(Button("cancel_jobs", "Cancel", danger=True))
+        return buttons
+
     def _lease(self, obj: Job) -> ActiveLease | None:
         # Looked up once per page although the lease and the timeline both show it.
         if "_awa_lease" not in obj.__dict__:
@@ -283,7 +301,7 @@ class JobAdmin(ReplicaReadsMixin, _ModelAdmin):
     def progress_bar(self, obj: Job) -> SafeString:
         return detail.progress_bar(obj.progress)
 
-    @admin.display(description="live lease")
+    @admin.display(description="lease")
     def live_lease(self, obj: Job) -> SafeString:
         return detail.lease_table(self._lease(obj), obj)
 

@@ -13,15 +13,20 @@ from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
+from awa_django.admin import detail
+from awa_django.admin.object_actions import Button, ObjectActionsMixin
 from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.client import Client
-from awa_django.cron import upcoming_fire
+from awa_django.cron import check_timezone, next_fire_after, upcoming_fire
 from awa_django.exceptions import ScheduleNotFound
 from awa_django.storage.models import CronSchedule
 
 MANAGE = "manage_schedule"
+# How many coming fires the detail page lists.
+NEXT_FIRES = 5
 
 # Django's ModelAdmin takes no type argument at runtime; the stubs want one (as in jobs.py).
 if TYPE_CHECKING:
@@ -30,34 +35,80 @@ else:
     _ModelAdmin = admin.ModelAdmin
 
 
-class CronScheduleAdmin(ReplicaReadsMixin, _ModelAdmin):
+class CronScheduleAdmin(ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     list_display = (
         "name",
         "kind",
         "expression",
         "timezone",
         "missed_fire_policy",
-        "paused",
+        "status",
         "last_fire_at",
         "next_fire",
         "last_job",
     )
     list_filter = ("paused", "missed_fire_policy")
     search_fields = ("name", "kind")
-    readonly_fields = [f.name for f in CronSchedule._meta.fields]
     actions = ["pause_schedules", "resume_schedules", "trigger_schedules", "remove_schedules"]
+    readonly_fields = (
+        "name",
+        "kind",
+        "queue",
+        "expression",
+        "timezone",
+        "missed_fire_policy",
+        "status",
+        "next_fires",
+        "last_fire_at",
+        "last_job",
+        "priority",
+        "max_attempts",
+        "tags",
+        "args_pretty",
+        "metadata_pretty",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": (("name", "kind", "queue"), ("expression", "timezone"), "status")}),
+        (
+            "Fires",
+            {"fields": ("missed_fire_policy", "next_fires", ("last_fire_at", "last_job"))},
+        ),
+        ("Job", {"fields": (("priority", "max_attempts"), "tags", "args_pretty")}),
+        ("Metadata", {"fields": ("metadata_pretty", ("created_at", "updated_at"))}),
+    )
+
+    class Media:
+        css = {"all": ("awa_django/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CronSchedule]:
         # The database clock, read with the rows, is what the next fire is computed from.
         queryset: QuerySet[CronSchedule] = super().get_queryset(request)
         return queryset.annotate(db_now=Now())
 
-    @admin.display(description="next fire")
-    def next_fire(self, obj: CronSchedule) -> dt.datetime | str:
-        if obj.paused:
-            return "paused"
+    def object_buttons(self, obj: CronSchedule) -> list[Button]:
+        flip = (
+            Button("resume_schedules", "Resume")
+            if obj.paused
+            else Button("pause_schedules", "Pause", danger=True)
+        )
+        return [flip, Button("trigger_schedules", "Trigger now")]
+
+    @admin.display(description="status", ordering="paused")
+    def status(self, obj: CronSchedule) -> SafeString:
+        if not obj.paused:
+            return format_html('<span class="awa-badge awa-active">{}</span>', "Active")
+        by = f" by {obj.paused_by}" if obj.paused_by else ""
+        at = f" since {detail.when(obj.paused_at)}" if obj.paused_at else ""
+        return format_html(
+            '<span class="awa-badge awa-paused" title="{}">{}</span>', by + at, "Paused"
+        )
+
+    def _fires(self, obj: CronSchedule, count: int) -> list[dt.datetime]:
+        """The coming fires, the first as the leader will enqueue it (upcoming_fire)."""
         now = getattr(obj, "db_now", None) or obj.updated_at
-        upcoming = upcoming_fire(
+        fire = upcoming_fire(
             obj.expression,
             obj.timezone,
             obj.missed_fire_policy,
@@ -65,14 +116,49 @@ class CronScheduleAdmin(ReplicaReadsMixin, _ModelAdmin):
             obj.created_at,
             now,
         )
-        return upcoming or "-"
+        fires: list[dt.datetime] = []
+        while fire is not None and len(fires) < count:
+            fires.append(fire)
+            fire = next_fire_after(obj.expression, check_timezone(obj.timezone), fire)
+        return fires
+
+    def _in_zone(self, obj: CronSchedule, moment: dt.datetime) -> str:
+        """A fire in the schedule's own time zone, the zone named."""
+        local = moment.astimezone(check_timezone(obj.timezone))
+        return f"{local:%Y-%m-%d %H:%M %Z} ({obj.timezone})"
+
+    @admin.display(description="next fire")
+    def next_fire(self, obj: CronSchedule) -> str:
+        if obj.paused:
+            return "none while paused"
+        fires = self._fires(obj, 1)
+        return self._in_zone(obj, fires[0]) if fires else "-"
+
+    @admin.display(description="next fires")
+    def next_fires(self, obj: CronSchedule) -> SafeString:
+        fires = self._fires(obj, NEXT_FIRES)
+        if not fires:
+            return format_html(
+                '<span class="awa-muted">{}</span>', "none: the definition cannot be evaluated"
+            )
+        note = " (none while paused; these once resumed)" if obj.paused else ""
+        items = format_html_join("", "<li>{}</li>", ((self._in_zone(obj, f),) for f in fires))
+        return format_html('<ol class="awa-fires" id="awa-next-fires">{}</ol>{}', items, note)
 
     @admin.display(description="last job")
     def last_job(self, obj: CronSchedule) -> str:
         if obj.last_job_id is None:
             return "-"
         url = reverse(f"{self.admin_site.name}:awa_django_job_change", args=[obj.last_job_id])
-        return format_html('<a href="{}">#{}</a>', url, obj.last_job_id)
+        return format_html('<a href="{}" class="awa-last-job">#{}</a>', url, obj.last_job_id)
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: CronSchedule) -> SafeString:
+        return detail.json_block(obj.args)
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: CronSchedule) -> SafeString:
+        return detail.json_block(obj.metadata)
 
     # -- actions (through the Client) ---------------------------------------------------
     @admin.action(permissions=[MANAGE], description="Pause selected schedules")

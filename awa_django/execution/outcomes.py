@@ -20,7 +20,8 @@ from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitFo
 from awa_django.snapshot import JobSnapshot
 from awa_django.states import DeadLetterReason, JobState
 
-TRACEBACK_LINES = 10
+# Lines of traceback stored with an error (marker lines not counted): the last frames.
+TRACEBACK_LINES = 16
 # Ten years: far beyond any real delay, far inside PostgreSQL's interval range.
 MAX_DELAY_SECONDS = 10 * 365 * 86400.0
 
@@ -238,10 +239,26 @@ def describe(error: BaseException) -> str:
         message, lines = "<exception text unavailable>", []
     if isinstance(error, UnknownJobKind | InvalidJobArgs):
         return storable_text(message)  # our own message says everything; no traceback
-    if len(lines) > TRACEBACK_LINES:
-        dropped = len(lines) - TRACEBACK_LINES
-        lines = [f"... ({dropped} lines truncated, full trace in logs)", *lines[-TRACEBACK_LINES:]]
+    lines = _trimmed(lines)
     return storable_text(f"{name}: {message}" + "\n" + "\n".join(lines))
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    """The traceback's last TRACEBACK_LINES lines, without the `~~~^^^` marker lines of
+    Python 3.11+ (they point into a source line and are noise once stored), cut at a frame
+    boundary so the kept part starts with a `File` line, never with a stray source line."""
+    lines = [line for line in lines if not _is_marker(line)]
+    if len(lines) <= TRACEBACK_LINES:
+        return lines
+    start = len(lines) - TRACEBACK_LINES
+    while start < len(lines) - 1 and not lines[start].lstrip().startswith("File "):
+        start += 1
+    return [f"... ({start} lines truncated, full trace in logs)", *lines[start:]]
+
+
+def _is_marker(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.strip("^~")
 
 
 def event_for(transition: Transition, row: JobSnapshot) -> Event:

@@ -8,7 +8,7 @@ queue (pause, resume) is the Client's too. Times are compared with the database 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from django.db.models import Count, DurationField, ExpressionWrapper, Min, Q
 from django.db.models.functions import Now
@@ -17,7 +17,13 @@ from awa_django.conf import QueueConfig, awa_settings
 from awa_django.limits import RateLimit
 from awa_django.snapshot import LiveWorker, QueueStats
 from awa_django.states import DEPTH_STATES, JobState
-from awa_django.storage.models import INDEXED_DEPTH_STATES, Job, QueueState, WorkerInstance
+from awa_django.storage.models import (
+    INDEXED_DEPTH_STATES,
+    DeadLetter,
+    Job,
+    QueueState,
+    WorkerInstance,
+)
 
 __all__ = [
     "DEPTH_STATES",
@@ -35,13 +41,15 @@ def _using(using: str | None) -> str:
 
 # -- figures ------------------------------------------------------------------------------
 def queue_stats(window_minutes: int = 5, *, using: str | None = None) -> list[QueueStats]:
-    """Per-queue depth by state, throughput, lag and paused flag, sorted by queue name.
+    """Per-queue depth by state, dead letters, throughput, lag and paused flag, sorted by
+    queue name.
 
     Lists every configured queue, every queue that has jobs and every paused queue. Four
     queries, each served by an index: the partial state index (the depth of every state but
     `available`; it carries the queue), the dispatch partial index (`available` jobs: their
-    depth and lag), the finalized partial index, and the queue-state primary key. The two
-    depth queries read only their indexes, never the table.
+    depth and lag), the finalized partial index, and the queue-state primary key; a fifth
+    counts the dead letters per queue on their queue index. The two depth queries read only
+    their indexes, never the table.
     """
     if window_minutes < 1:
         raise ValueError("window_minutes must be at least 1")
@@ -53,8 +61,23 @@ def queue_stats(window_minutes: int = 5, *, using: str | None = None) -> list[Qu
         depth.setdefault(queue, {})[JobState.AVAILABLE] = count
         lag[queue] = waited
     paused = {q.queue: q for q in QueueState.objects.using(db).all()}
-    names = sorted(set(awa_settings().queues) | set(depth) | set(completed) | set(paused))
-    return [_stats(name, depth, completed, lag, paused.get(name), window_minutes) for name in names]
+    dead = _dead_letters(db)
+    names = sorted(
+        set(awa_settings().queues) | set(depth) | set(completed) | set(paused) | set(dead)
+    )
+    return [
+        replace(
+            _stats(name, depth, completed, lag, paused.get(name), window_minutes),
+            dead_letters=dead.get(name, 0),
+        )
+        for name in names
+    ]
+
+
+def _dead_letters(db: str) -> dict[str, int]:
+    """Dead letters per queue (awa_dead_letters_queue_idx: an index-only count)."""
+    rows = DeadLetter.objects.using(db).values("queue").annotate(n=Count("*")).order_by()
+    return {r["queue"]: r["n"] for r in rows}
 
 
 def _stats(

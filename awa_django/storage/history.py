@@ -12,8 +12,14 @@ from django.db.models import Aggregate, CharField, Count, F, FloatField, Q, Valu
 from django.db.models.functions import Extract, Now
 
 from awa_django.snapshot import KindFigures, RollupPoint
-from awa_django.states import JobState
-from awa_django.storage.models import INDEXED_DEPTH_STATES, TERMINAL, Job, QueueRollup
+from awa_django.states import DeadLetterReason, JobState
+from awa_django.storage.models import (
+    INDEXED_DEPTH_STATES,
+    TERMINAL,
+    DeadLetter,
+    Job,
+    QueueRollup,
+)
 
 
 class Percentile(Aggregate):
@@ -43,8 +49,27 @@ def _finalized_since(minutes: int, using: str) -> Any:
     return Job.objects.using(using).filter(state__in=TERMINAL, finalized_at__gte=since)
 
 
+def dead_lettered_since(minutes: int, using: str, by: str) -> dict[str, int]:
+    """{queue or kind: jobs dead-lettered in the last `minutes`} (awa_dead_letters_at_idx).
+
+    A job of a dead-letter queue that fails for good leaves the jobs for the dead letters
+    (docs/dead-letters.md): these are failures the finalized jobs no longer show. A manual
+    move of a job that had already failed is no new failure."""
+    since = Now() - dt.timedelta(minutes=minutes)
+    rows = (
+        DeadLetter.objects.using(using)
+        .filter(dead_lettered_at__gte=since)
+        .exclude(reason=DeadLetterReason.MANUAL)
+        .values(by)
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    return {r[by]: r["n"] for r in rows}
+
+
 def kind_figures(minutes: int, *, using: str) -> list[KindFigures]:
-    """Per kind, the jobs that finalized in the last `minutes`: most jobs first."""
+    """Per kind, the jobs that finalized in the last `minutes`, dead-lettered ones counted
+    as failed: most jobs first. The p95 run time is over the finalized jobs."""
     run_seconds = Extract(F("finalized_at") - F("attempted_at"), "epoch")
     rows = (
         _finalized_since(minutes, using)
@@ -57,14 +82,24 @@ def kind_figures(minutes: int, *, using: str) -> list[KindFigures]:
         )
         .order_by()
     )
+    dead = dead_lettered_since(minutes, using, "kind")
     figures = [
-        KindFigures(r["kind"], r["completed"], r["failed"], r["cancelled"], r["p95"]) for r in rows
+        KindFigures(
+            r["kind"],
+            r["completed"],
+            r["failed"] + dead.pop(r["kind"], 0),
+            r["cancelled"],
+            r["p95"],
+        )
+        for r in rows
     ]
+    figures += [KindFigures(kind, 0, n, 0, None) for kind, n in dead.items()]
     return sorted(figures, key=lambda f: (-f.count, f.kind))
 
 
 def queue_outcomes(minutes: int, *, using: str) -> dict[str, tuple[int, int]]:
-    """{queue: (completed, failed)} over the jobs finalized in the last `minutes`."""
+    """{queue: (completed, failed)} over the jobs finalized in the last `minutes`, jobs
+    dead-lettered in that time counted as failed."""
     rows = (
         _finalized_since(minutes, using)
         .values("queue")
@@ -74,7 +109,11 @@ def queue_outcomes(minutes: int, *, using: str) -> dict[str, tuple[int, int]]:
         )
         .order_by()
     )
-    return {r["queue"]: (r["completed"], r["failed"]) for r in rows}
+    outcomes = {r["queue"]: (r["completed"], r["failed"]) for r in rows}
+    for queue, n in dead_lettered_since(minutes, using, "queue").items():
+        completed, failed = outcomes.get(queue, (0, 0))
+        outcomes[queue] = (completed, failed + n)
+    return outcomes
 
 
 def state_counts(*, using: str) -> dict[str, int]:

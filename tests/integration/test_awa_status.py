@@ -50,7 +50,7 @@ def test_table_shows_each_queue_with_its_figures():
     header = lines[0].split()
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
 
-    assert header[:9] == [
+    assert header[:10] == [
         "queue",
         "scheduled",
         "available",
@@ -59,6 +59,7 @@ def test_table_shows_each_queue_with_its_figures():
         "retryable",
         "failed",
         "cancelled",
+        "dead",
         "done/1m",
     ]
     email = dict(zip(header, rows["email"], strict=False))

@@ -234,10 +234,14 @@ def test_describe_our_own_errors_is_just_the_message() -> None:
 
 
 def test_describe_trims_a_long_traceback() -> None:
+    # Two functions in turn: Python folds a run of identical frames into one line.
     def recurse(n: int) -> None:
         if n == 0:
             raise CoreUnitBoom("deep")
-        recurse(n - 1)
+        other(n - 1)
+
+    def other(n: int) -> None:
+        recurse(n)
 
     try:
         recurse(30)
@@ -246,8 +250,28 @@ def test_describe_trims_a_long_traceback() -> None:
     lines = text.splitlines()
     assert lines[0] == f"{__name__}.CoreUnitBoom: deep"
     assert lines[1].startswith("... (") and "truncated, full trace in logs)" in lines[1]
-    assert len(lines) == 1 + 1 + outcomes.TRACEBACK_LINES
+    # Cut at a frame: the kept part starts with a File line, never a stray source line.
+    assert lines[2].lstrip().startswith("File ")
+    assert len(lines) <= 1 + 1 + outcomes.TRACEBACK_LINES
     assert lines[-1].endswith("CoreUnitBoom: deep")
+
+
+def test_describe_drops_the_marker_lines_and_keeps_the_raising_line() -> None:
+    """Python 3.11+ draws `~~~^^^` under a frame's source line; stored alone (or first after
+    a cut) it is a stray caret. The raising line itself stays."""
+
+    def deep(n: int, order: dict[str, Any]) -> int:
+        if n == 0:
+            return int(order["a"]["b"]) + 1
+        return deep(n - 1, order) + 0
+
+    try:
+        deep(12, {"a": {}})
+    except KeyError as exc:
+        text = describe(exc)
+    assert 'return int(order["a"]["b"]) + 1' in text
+    assert not [line for line in text.splitlines() if line.strip() and not line.strip("^~ ")]
+    assert "^" not in text
 
 
 def test_describe_caps_a_huge_message() -> None:

@@ -19,7 +19,10 @@ SHORT_NAMES = {"waiting_external": "waiting"}
 
 
 class Command(BaseCommand):
-    help = "Show depth by state, throughput, lag and paused flag per queue, and live workers."
+    help = (
+        "Show depth by state, dead letters, throughput, lag and paused flag per queue, "
+        "and live workers."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -138,6 +141,7 @@ def _table(stats: list[QueueStats], window: int) -> str:
     header = [
         "queue",
         *(SHORT_NAMES.get(s, s) for s in DEPTH_STATES),
+        "dead",
         "done/1m",
         f"done/{window}m",
         "lag",
@@ -148,6 +152,7 @@ def _table(stats: list[QueueStats], window: int) -> str:
         [
             q.queue,
             *(str(q.depth.get(s, 0)) for s in DEPTH_STATES),
+            str(q.dead_letters),
             str(q.completed_last_minute),
             str(q.completed_in_window),
             format_duration(q.lag_seconds),
@@ -170,7 +175,7 @@ def _status(q: QueueStats) -> str:
 
 def _cell(value: str, width: int, index: int) -> str:
     # Names and status read left-aligned, figures right-aligned.
-    return value.ljust(width) if index in (0, len(DEPTH_STATES) + 4) else value.rjust(width)
+    return value.ljust(width) if index in (0, len(DEPTH_STATES) + 5) else value.rjust(width)
 
 
 def _unhandled_text(unhandled: dict[str, int]) -> str:

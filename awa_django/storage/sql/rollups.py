@@ -51,13 +51,24 @@ def _figures(rows: query.Rows, count: int) -> list[QueueFigure]:
 # them); depth and lag are snapshots, kept from the first time a minute was written.
 # retried counts the attempts before the last of the minute's jobs (each ended in a retry
 # or a rescue; a snooze refunds its attempt), decision 021.
+# A job of a dead-letter queue that failed for good leaves awa_jobs_hot for
+# awa_dead_letters: it counts as failed in the minute it was dead-lettered (index
+# awa_dead_letters_at_idx, the same few minutes). An operator's manual move of a job that
+# had already failed is no new failure and is left out.
 QUEUE_ROLLUP_MINUTES = Statement(
     "queue_rollup_minutes",
     """
 WITH bounds AS (
     SELECT date_trunc('minute', now()) AS upper,
            date_trunc('minute', now()) - make_interval(mins => %(minutes)s) AS lower
-), done AS (
+), dead AS (
+    SELECT d.queue, date_trunc('minute', d.dead_lettered_at) AS minute,
+           count(*) AS failed, sum(greatest(d.attempt - 1, 0)) AS retried
+    FROM awa_dead_letters d, bounds b
+    WHERE d.dead_lettered_at >= b.lower AND d.dead_lettered_at < b.upper
+      AND d.reason <> 'manual'
+    GROUP BY 1, 2
+), finished AS (
     SELECT j.queue, date_trunc('minute', j.finalized_at) AS minute,
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'failed') AS failed,
@@ -77,6 +88,14 @@ WITH bounds AS (
           AND f.finalized_at >= b.lower AND f.finalized_at < b.upper
     ) j
     GROUP BY 1, 2
+), done AS (
+    SELECT coalesce(f.queue, d.queue) AS queue, coalesce(f.minute, d.minute) AS minute,
+           coalesce(f.completed, 0) AS completed,
+           coalesce(f.failed, 0) + coalesce(d.failed, 0) AS failed,
+           coalesce(f.cancelled, 0) AS cancelled,
+           coalesce(f.retried, 0) + coalesce(d.retried, 0) AS retried,
+           f.wait_p50, f.wait_p95, f.run_p50, f.run_p95
+    FROM finished f FULL JOIN dead d ON d.queue = f.queue AND d.minute = f.minute
 ), live AS (
     SELECT queue, count(*) AS depth, extract(epoch FROM now() - min(run_at)) AS lag
     FROM awa_jobs_hot WHERE state = 'available' GROUP BY queue
