@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from awa_django.admin import detail
 from awa_django.admin.actions import report
 from awa_django.admin.filters import KindFilter, QueueFilter
+from awa_django.admin.guard import AdminGuard
 from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.client import Client
 from awa_django.storage.models import DeadLetter
@@ -41,7 +42,7 @@ def _selected(request: HttpRequest, queryset: QuerySet[DeadLetter]) -> list[int]
     return ids
 
 
-class DeadLetterAdmin(ReplicaReadsMixin, _ModelAdmin):
+class DeadLetterAdmin(AdminGuard, ReplicaReadsMixin, _ModelAdmin):
     list_display = ("id", "kind", "queue", "reason", "attempts", "dead_lettered_at", "last_error")
     list_display_links = ("id", "kind")
     list_filter = ("reason", QueueFilter, KindFilter)

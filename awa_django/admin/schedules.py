@@ -15,6 +15,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from awa_django.admin.guard import AdminGuard
 from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.client import Client
 from awa_django.cron import upcoming_fire
@@ -30,7 +31,7 @@ else:
     _ModelAdmin = admin.ModelAdmin
 
 
-class CronScheduleAdmin(ReplicaReadsMixin, _ModelAdmin):
+class CronScheduleAdmin(AdminGuard, ReplicaReadsMixin, _ModelAdmin):
     list_display = (
         "name",
         "kind",
