@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pytest
 from django.contrib import admin
@@ -149,6 +149,7 @@ KEYS = [
     "missed_fire_policy__exact", "args__contains", "args__a__regex", "name__regex",
     "metadata__k", "id__gt", "pk", "tags__contains", "state__isnull", "paused__isnull",
     "errors__0__error", "expression__iregex", "last_job_id__gte", "q%00", "%ED%A0%80",
+    "concurrency", "rate", "burst", "operation",
 ]  # fmt: skip
 pairs = st.lists(st.tuples(st.sampled_from(KEYS) | texts, values), max_size=3)
 NOT_LOOKUPS = {*IGNORED_PARAMS, PAGE_VAR, "e"}
@@ -198,7 +199,11 @@ def test_every_admin_url_never_fails_and_lists_answer_only_declared_filters(
     path = base + fill(str(pattern.pattern), row if segment == "row" else segment)
     url = path + ("?" + "&".join(f"{k}={v}" for k, v in query) if query else "")
     is_list = pattern.name and pattern.name.endswith("_changelist")
-    if post and is_list:
+    if post and not is_list:  # the dashboard's forms, delete confirmations, read-only pages
+        form = {field: unquote(value) for field, value in query}
+        form |= {"operation": "pause", "post": "yes"} if which % 2 else {}
+        response = admin_client.post(path, form)
+    elif post:
         request = RequestFactory().get("/")
         request.user = admin_user
         actions = list(model_admin.get_actions(request))
