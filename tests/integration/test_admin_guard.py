@@ -6,6 +6,7 @@ the other custom views) never get a 5xx, and a list answers only its declared fi
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 from urllib.parse import quote, unquote
@@ -221,3 +222,16 @@ def test_every_admin_url_never_fails_and_lists_answer_only_declared_filters(
         declared = filter_parameters(model_admin, response.wsgi_request)
         lookups = {k for k in QueryDict(url.partition("?")[2]) if k not in NOT_LOOKUPS}
         assert lookups <= declared, (url, lookups)
+
+
+def test_every_filter_link_the_lists_offer_passes_the_guard(admin_client: Any) -> None:
+    DeadLetterFactory(queue="email", kind="send_receipt", reason="terminal_error")
+    CronScheduleFactory(paused=True)
+    JobFactory(state="failed", queue="email")
+    for model_admin in package_admins():
+        changelist = reverse(f"admin:awa_django_{model_admin.model._meta.model_name}_changelist")
+        page = admin_client.get(changelist).content.decode()
+        links = {html.unescape(link) for link in re.findall(r'href="(\?[^"#]*)"', page)}
+        assert links, changelist
+        for link in links:
+            assert admin_client.get(changelist + link).status_code == 200, changelist + link
