@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 
 from awa_django.admin import bulk
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
+from awa_django.admin.guard import confirms_select_across
 from awa_django.bulk import BulkAction
 from awa_django.client import Client
 from awa_django.exceptions import AwaError, CallbackNotFound, FollowUpFailed
@@ -69,6 +70,7 @@ def _across(
     return None, bulk.confirm_or_run(modeladmin, request, _client(), action, where)
 
 
+@confirms_select_across  # the bulk confirmation page (bulk.py)
 @admin.action(permissions=["retry_job"], description="Retry selected jobs")
 def retry_jobs(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
@@ -84,6 +86,7 @@ def retry_jobs(
     return None
 
 
+@confirms_select_across  # the bulk confirmation page (bulk.py)
 @admin.action(permissions=["cancel_job"], description="Cancel selected jobs")
 def cancel_jobs(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
@@ -158,6 +161,7 @@ def _intermediate(
     return TemplateResponse(request, "admin/awa_django/job/callback_action.html", context)
 
 
+@confirms_select_across  # its form page lists the jobs
 @admin.action(permissions=["complete_callback"], description="Complete callback of selected jobs")
 def complete_callbacks(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
@@ -173,6 +177,7 @@ def complete_callbacks(
     return None
 
 
+@confirms_select_across  # its form page lists the jobs
 @admin.action(permissions=["fail_callback"], description="Fail callback of selected jobs")
 def fail_callbacks(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]

@@ -1,7 +1,8 @@
 """The one guard in front of every admin page of the package (docs/admin.md, "Query
 string"): a list runs only the query-string parameters its filters declare, and no page
 lets a value PostgreSQL cannot take (a NUL, a lone surrogate) reach a query, whether it
-comes in the query string, the path or an action's selection.
+comes in the query string, the path or an action's selection. And an action over "all N"
+matching the filter (Django's select-across) runs only after a confirmation page.
 
 Whatever it refuses is Django's `DisallowedModelAdminLookup`, a SuspiciousOperation: the
 same 400 page everywhere (the site's `handler400`), logged on `django.security.*`, and
@@ -20,6 +21,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import get_fields_from_path
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import URLPattern
 
 from awa_django.codec import unstorable_character
@@ -27,6 +29,8 @@ from awa_django.codec import unstorable_character
 # On the request: each admin's filter parameters, worked out once per request.
 _CACHE = "_awa_filter_parameters"
 GUARDED = "awa_guarded"  # set on every view the guard wraps
+CONFIRMS_ACROSS = "awa_confirms_across"  # an action that shows its own confirmation
+CONFIRMED = "apply_all"  # posted by a confirmation page of "all N"
 
 # ModelAdmin is generic in django-stubs only; Django's class cannot be subscripted at runtime.
 if TYPE_CHECKING:
@@ -106,6 +110,50 @@ def guarded(model_admin: Any, view: Callable[..., HttpResponse]) -> Callable[...
     return guarded_view
 
 
+def confirms_select_across[F: Callable[..., Any]](action: F) -> F:
+    """Mark an admin action that asks before acting on "all N" itself (a confirmation or
+    form page of its own): the guard's generic confirmation page is then not shown."""
+    setattr(action, CONFIRMS_ACROSS, True)
+    return action
+
+
+def _chosen_action(model_admin: Any, request: HttpRequest) -> tuple[str, Any, str] | None:
+    """The action the posted form names: (name, function, description), or None."""
+    names = request.POST.getlist("action")
+    index = request.POST.get("index", "0")
+    name = names[int(index)] if index.isdigit() and int(index) < len(names) else None
+    entry = model_admin.get_actions(request).get(name) if name else None
+    if not name or entry is None:
+        return None
+    # Django 6.1 gives an Action with attributes; 5.2 a (func, name, description) tuple.
+    if isinstance(entry, tuple):
+        return name, entry[0], str(entry[2])
+    return name, entry.func, str(entry.description)
+
+
+def confirm_across(
+    model_admin: Any, request: HttpRequest, queryset: Any, action: tuple[str, Any, str]
+) -> TemplateResponse:
+    """The page between "all N" and the action: the count, and a button that posts the same
+    action again with `apply_all`."""
+    name, _, description = action
+    opts = model_admin.model._meta
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": f"{description}: all matching",
+        "opts": opts,
+        "total": queryset.count(),
+        "description": description,
+        "action": name,
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        # Django runs an action only with a selection; select_across widens it.
+        "selected": request.POST.getlist(ACTION_CHECKBOX_NAME)[:1],
+        "query_string": request.GET.urlencode(),
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, "admin/awa_django/confirm_across.html", context)
+
+
 class AdminGuard(_Base):
     """For every ModelAdmin of the package, first among its bases: each of its URLs (lists,
     detail, history, delete, add, and any custom view its get_urls adds) goes through
@@ -121,6 +169,18 @@ class AdminGuard(_Base):
                 URLPattern(pattern.pattern, callback, pattern.default_args, pattern.name)
             )
         return patterns
+
+    # Django 6.1 adds an `action_location` argument; passed through as it comes.
+    def response_action(
+        self, request: HttpRequest, queryset: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Django runs an action over the whole filtered list at once when "select all" is
+        used; here it first asks, unless the action asks itself."""
+        across = request.POST.get("select_across") == "1" and CONFIRMED not in request.POST
+        action = _chosen_action(self, request) if across else None
+        if action is not None and not getattr(action[1], CONFIRMS_ACROSS, False):
+            return confirm_across(self, request, queryset, action)
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         """Only the declared filters, with values PostgreSQL can compare. Django calls this

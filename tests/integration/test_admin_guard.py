@@ -23,7 +23,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from awa_django.admin.guard import GUARDED, AdminGuard, filter_parameters
+from awa_django.storage.models import CronSchedule, DeadLetter, Job
 from tests.factories import CronScheduleFactory, DeadLetterFactory, JobFactory
+from tests.integration.test_callbacks import ParkedJobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -212,6 +214,7 @@ def test_every_admin_url_never_fails_and_lists_answer_only_declared_filters(
             "action": actions[which % len(actions)] if actions else "",
             "_selected_action": [row if s == "row" else s for s in selection],
             "index": 0,
+            **({"select_across": 1} if which % 3 == 0 else {}),
         }
         response = admin_client.post(url, data)
     else:
@@ -235,3 +238,29 @@ def test_every_filter_link_the_lists_offer_passes_the_guard(admin_client: Any) -
         assert links, changelist
         for link in links:
             assert admin_client.get(changelist + link).status_code == 200, changelist + link
+
+
+# -- "all N" asks first on every list --------------------------------------------------------
+@pytest.mark.parametrize(
+    ("model", "action", "make", "changed"),
+    [
+        ("deadletter", "purge_dead_letters", DeadLetterFactory,
+         lambda: DeadLetter.objects.count() < 3),
+        ("cronschedule", "pause_schedules", CronScheduleFactory,
+         lambda: CronSchedule.objects.filter(paused=True).exists()),
+        ("job", "retry_callbacks", ParkedJobFactory,
+         lambda: Job.objects.exclude(state="waiting_external").exists()),
+    ],
+)  # fmt: skip
+def test_select_all_on_any_list_asks_before_acting(
+    admin_client: Any, model: str, action: str, make: Any, changed: Any
+) -> None:
+    rows = [make() for _ in range(3)]
+    url = reverse(f"admin:awa_django_{model}_changelist")
+    data = {"action": action, "_selected_action": [rows[0].pk], "index": 0, "select_across": 1}
+    page = admin_client.post(url, data)
+    assert page.status_code == 200 and "awa-bulk-confirm" in page.content.decode()
+    assert "<strong>3</strong>" in page.content.decode()
+    assert not changed()
+    admin_client.post(url, {**data, "apply_all": 1}, follow=True)
+    assert changed()
