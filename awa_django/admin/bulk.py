@@ -14,6 +14,7 @@ from django.contrib.admin import helpers
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from awa_django.admin.guard import CONFIRMED
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import Client
 from awa_django.exceptions import InvalidJobFilter
@@ -68,7 +69,7 @@ def confirm_or_run(
     except InvalidJobFilter as exc:
         messages.error(request, str(exc))
         return None
-    if "apply_all" not in request.POST:
+    if CONFIRMED not in request.POST:
         return _confirmation(modeladmin, request, verb, total)
     user = getattr(request.user, "get_username", lambda: "")()
     # Inside a web request a pause between chunks would only lengthen the request: the

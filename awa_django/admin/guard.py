@@ -41,15 +41,11 @@ else:
     _Base = object
 
 
-def refuse(reason: str) -> DisallowedModelAdminLookup:
-    return DisallowedModelAdminLookup(reason)
-
-
 def check_texts(what: str, values: Iterable[object]) -> None:
     """Refuse (400) any value that no column can hold: PostgreSQL would fail the query."""
     for value in values:
         if isinstance(value, str) and (problem := unstorable_character(value)):
-            raise refuse(f"{what} {value!a:.60} contains {problem}")
+            raise DisallowedModelAdminLookup(f"{what} {value!a:.60} contains {problem}")
 
 
 def filter_parameters(model_admin: Any, request: HttpRequest) -> frozenset[str]:
@@ -97,7 +93,9 @@ def _check_selection(model_admin: Any, selected: list[str]) -> None:
         try:
             field.to_python(value)
         except ValidationError:
-            raise refuse(f"selected row {value!a:.60} is not a {field.name}") from None
+            raise DisallowedModelAdminLookup(
+                f"selected row {value!a:.60} is not a {field.name}"
+            ) from None
 
 
 def guarded(model_admin: Any, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -50,6 +50,7 @@ def test_every_admin_of_the_package_stands_behind_the_guard() -> None:
         # Overriding either would open a way around it.
         assert kind.lookup_allowed is AdminGuard.lookup_allowed, kind
         assert kind.urls is AdminGuard.urls, kind
+        assert kind.response_action is AdminGuard.response_action, kind
         for pattern in model_admin.urls:
             assert getattr(pattern.callback, GUARDED, False), (kind, pattern)
 
