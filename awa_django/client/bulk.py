@@ -154,6 +154,7 @@ def run_chunk(using: str, operation_id: int) -> BulkProgress:
     """One chunk in one transaction (a savepoint inside the caller's, if any)."""
     from awa_django.storage.models import BulkOperation
 
+    check_operation_id(operation_id)
     with transaction.atomic(using=using):
         operation = (
             BulkOperation.objects.using(using).select_for_update().filter(pk=operation_id).first()
@@ -222,6 +223,7 @@ def _retry(using: str, window: Window) -> ChunkOutcome:
 def get(using: str, operation_id: int) -> BulkProgress:
     from awa_django.storage.models import BulkOperation
 
+    check_operation_id(operation_id)
     operation = BulkOperation.objects.using(using).filter(pk=operation_id).first()
     if operation is None:
         raise BulkOperationNotFound(f"no bulk operation with id {operation_id}")
@@ -232,6 +234,13 @@ def recent(using: str, limit: int) -> list[BulkProgress]:
     from awa_django.storage.models import BulkOperation
 
     return [snapshot(op) for op in BulkOperation.objects.using(using).order_by("-id")[:limit]]
+
+
+def check_operation_id(operation_id: object) -> None:
+    """Ids are whole numbers: anything else names no operation (and the ORM would raise a
+    ValueError of its own). One out of bigint range the ORM already finds nothing for."""
+    if isinstance(operation_id, bool) or not isinstance(operation_id, int):
+        raise BulkOperationNotFound(f"no bulk operation with id {operation_id!r:.30}")
 
 
 def snapshot(operation: BulkOperation) -> BulkProgress:
