@@ -138,7 +138,7 @@ def confirm_across(
     opts = model_admin.model._meta
     context = {
         **model_admin.admin_site.each_context(request),
-        "title": f"{description}: all matching",
+        "title": f"Confirm: {description}",
         "opts": opts,
         "total": queryset.count(),
         "description": description,
