@@ -16,8 +16,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from awa_django.codec import unstorable_character
 from awa_django.conf import MAX_PRIORITY, MIN_PRIORITY, validate_queue_name
 from awa_django.exceptions import InvalidJobFilter
+from awa_django.options import MAX_KIND_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from awa_django.states import JobState
 
 
@@ -44,6 +46,7 @@ ACTION_STATES: Mapping[BulkAction, tuple[str, ...]] = {
     BulkAction.MOVE_QUEUE: _WAITING,
     BulkAction.DISCARD: (JobState.FAILED,),
 }
+_STATE_CHARS = max(map(len, JobState.values))
 _TIMES = ("created_after", "created_before", "finalized_after", "finalized_before")
 
 
@@ -66,23 +69,22 @@ class JobFilter:
     finalized_before: dt.datetime | None = None
 
     def __post_init__(self) -> None:
+        # Every value is checked here, before any SQL: PostgreSQL refuses a NUL or a lone
+        # surrogate only once the statement runs (a DataError or, from psycopg, a
+        # UnicodeEncodeError), after the bulk operation's row may already be written.
         if self.queue is not None:
             validate_queue_name(self.queue)
-        kind = self.kind
-        if kind is not None and not (isinstance(kind, str) and 0 < len(kind) <= 200):
-            raise InvalidJobFilter(f"kind must be a string of 1-200 characters, got {kind!r:.60}")
-        for name in ("states", "tags"):
-            value = getattr(self, name)
-            if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
-                raise InvalidJobFilter(f"{name} must be a tuple of non-empty strings")
-            object.__setattr__(self, name, tuple(value))
+        if self.kind is not None:
+            _check_text("kind", self.kind, MAX_KIND_CHARS)
+        object.__setattr__(
+            self, "states", _texts("states", self.states, len(JobState.values), _STATE_CHARS)
+        )
+        object.__setattr__(self, "tags", _texts("tags", self.tags, MAX_TAGS, MAX_TAG_CHARS))
         unknown = set(self.states) - set(JobState.values)
         if unknown:
             raise InvalidJobFilter(f"unknown state(s) {', '.join(sorted(unknown))}")
         for name in _TIMES:
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, dt.datetime) or value.tzinfo is None):
-                raise InvalidJobFilter(f"{name} must be a timezone-aware datetime")
+            _check_moment(name, getattr(self, name))
 
     def states_for(self, action: BulkAction) -> tuple[str, ...]:
         """The states `action` works on under this filter; InvalidJobFilter when the filter
@@ -112,6 +114,41 @@ class JobFilter:
         parsed["states"] = tuple(parsed.get("states") or ())
         parsed["tags"] = tuple(parsed.get("tags") or ())
         return cls(**parsed)
+
+
+def _check_text(name: str, value: object, limit: int) -> str:
+    """A string its column can hold: 1-`limit` characters, no NUL, no lone surrogate."""
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        raise InvalidJobFilter(
+            f"{name} must be a string of 1-{limit} characters, got {value!r:.60}"
+        )
+    if problem := unstorable_character(value):
+        raise InvalidJobFilter(f"{name} {value!r:.60} contains {problem}, which no job holds")
+    return value
+
+
+def _texts(name: str, values: object, count: int, limit: int) -> tuple[str, ...]:
+    """A list or tuple of at most `count` strings, each checked as `_check_text` does."""
+    if not isinstance(values, list | tuple):
+        raise InvalidJobFilter(
+            f"{name} must be a tuple of strings, got {type(values).__name__} {values!r:.60}"
+        )
+    if len(values) > count:
+        raise InvalidJobFilter(f"{name} takes at most {count} values, got {len(values)}")
+    return tuple(_check_text(name.removesuffix("s"), value, limit) for value in values)
+
+
+def _check_moment(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise InvalidJobFilter(f"{name} must be a timezone-aware datetime, got {value!r:.60}")
+    try:
+        # Compared in UTC: a moment that does not exist there (year 1 at +01:00) would fail
+        # in the driver instead of here.
+        value.astimezone(dt.UTC)
+    except OverflowError:
+        raise InvalidJobFilter(f"{name} {value.isoformat()} is out of range in UTC") from None
 
 
 def check_priority(priority: object) -> int:

@@ -9,7 +9,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from awa_django.conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
-from awa_django.storage.models import DeadLetter, Job
+from awa_django.storage.models import CronSchedule, DeadLetter, Job
 
 
 class ModelFactory[M: Model](factory.django.DjangoModelFactory[M]):
@@ -55,3 +55,12 @@ class DeadLetterFactory(ModelFactory[DeadLetter]):
     created_at = factory.LazyFunction(timezone.now)
     errors = factory.LazyFunction(lambda: [{"error": "boom", "attempt": 3, "terminal": True}])
     reason = "max_attempts_exhausted"
+
+
+class CronScheduleFactory(ModelFactory[CronSchedule]):
+    class Meta:
+        model = CronSchedule
+
+    name = factory.Sequence(lambda n: f"schedule-{n}")
+    expression = "*/5 * * * *"
+    kind = "send_receipt"

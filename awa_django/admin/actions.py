@@ -17,9 +17,10 @@ from django.template.response import TemplateResponse
 
 from awa_django.admin import bulk
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
+from awa_django.admin.guard import confirms_select_across
 from awa_django.bulk import BulkAction
 from awa_django.client import Client
-from awa_django.exceptions import CallbackNotFound, FollowUpFailed
+from awa_django.exceptions import AwaError, CallbackNotFound, FollowUpFailed
 from awa_django.states import JobState
 from awa_django.storage.models import Job
 
@@ -51,24 +52,33 @@ def report(request: HttpRequest, noun: str, verb: str, done: int, skipped: int, 
 
 
 def _across(
-    modeladmin: Any, request: HttpRequest, action: BulkAction
-) -> tuple[bool, TemplateResponse | None]:
-    """Whether "select all N" applies (then the chunked bulk operation over the change
-    list's filter runs, after a confirmation page), and that page if it is due."""
-    where = bulk.changelist_filter(request) if bulk.selects_across(request) else None
-    if where is None:
-        return False, None
-    return True, bulk.confirm_or_run(modeladmin, request, _client(), action, where)
+    modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job], action: BulkAction
+) -> tuple[QuerySet[Job] | None, TemplateResponse | None]:
+    """The jobs the plain action is to act on, or None when "select all N" was handled here:
+    by the confirmation page (returned), by the chunked bulk operation over the change
+    list's filter once confirmed, or by an error when that filter cannot be built. So an
+    action over more than the page's selection never runs without its confirmation."""
+    if not bulk.selects_across(request):
+        return queryset, None
+    try:
+        where = bulk.changelist_filter(request)
+    except AwaError as exc:
+        messages.error(request, f"Nothing was changed: the list's filter cannot be applied: {exc}")
+        return None, None
+    if where is None:  # the search names one job: it is the page's selection
+        return queryset.filter(pk__in=request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)), None
+    return None, bulk.confirm_or_run(modeladmin, request, _client(), action, where)
 
 
+@confirms_select_across  # the bulk confirmation page (bulk.py)
 @admin.action(permissions=["retry_job"], description="Retry selected jobs")
 def retry_jobs(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
 ) -> TemplateResponse | None:
-    across, page = _across(modeladmin, request, BulkAction.RETRY)
-    if across:
+    selection, page = _across(modeladmin, request, queryset, BulkAction.RETRY)
+    if selection is None:
         return page
-    ids = _selected_ids(request, queryset, MAX_BULK)
+    ids = _selected_ids(request, selection, MAX_BULK)
     if ids is not None:
         retried = _client().retry_many(ids)
         why = "not failed, cancelled or waiting_external"
@@ -76,14 +86,15 @@ def retry_jobs(
     return None
 
 
+@confirms_select_across  # the bulk confirmation page (bulk.py)
 @admin.action(permissions=["cancel_job"], description="Cancel selected jobs")
 def cancel_jobs(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
 ) -> TemplateResponse | None:
-    across, page = _across(modeladmin, request, BulkAction.CANCEL)
-    if across:
+    selection, page = _across(modeladmin, request, queryset, BulkAction.CANCEL)
+    if selection is None:
         return page
-    ids = _selected_ids(request, queryset, MAX_BULK)
+    ids = _selected_ids(request, selection, MAX_BULK)
     if ids is not None:
         try:
             cancelled = _client().cancel_many(ids)
@@ -150,6 +161,7 @@ def _intermediate(
     return TemplateResponse(request, "admin/awa_django/job/callback_action.html", context)
 
 
+@confirms_select_across  # its form page lists the jobs
 @admin.action(permissions=["complete_callback"], description="Complete callback of selected jobs")
 def complete_callbacks(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]
@@ -165,6 +177,7 @@ def complete_callbacks(
     return None
 
 
+@confirms_select_across  # its form page lists the jobs
 @admin.action(permissions=["fail_callback"], description="Fail callback of selected jobs")
 def fail_callbacks(
     modeladmin: Any, request: HttpRequest, queryset: QuerySet[Job]

@@ -14,9 +14,10 @@ from django.contrib.admin import helpers
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from awa_django.admin.guard import CONFIRMED
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import Client
-from awa_django.exceptions import InvalidJobFilter, InvalidQueueName
+from awa_django.exceptions import InvalidJobFilter
 
 
 def selects_across(request: HttpRequest) -> bool:
@@ -25,8 +26,9 @@ def selects_across(request: HttpRequest) -> bool:
 
 def changelist_filter(request: HttpRequest) -> JobFilter | None:
     """The change list's filters (state, queue, kind) and search as a JobFilter; None when
-    the search names an id or a callback (at most one job: the plain action serves it) or
-    when it contradicts a filter."""
+    the search names an id or a callback, or contradicts a filter (at most one job: the
+    page's selection serves it). A filter that cannot be built raises its typed error
+    (InvalidJobFilter, InvalidQueueName): acting on more than asked is never the answer."""
     params = request.GET
     queue, kind = params.get("queue"), params.get("kind")
     states = (params["state__exact"],) if params.get("state__exact") else ()
@@ -46,10 +48,7 @@ def changelist_filter(request: HttpRequest) -> JobFilter | None:
             queue = value
         else:
             kind = value
-    try:
-        return JobFilter(queue=queue, kind=kind, states=states, tags=tags)
-    except (InvalidJobFilter, InvalidQueueName):
-        return None
+    return JobFilter(queue=queue, kind=kind, states=states, tags=tags)
 
 
 def _is_uuid(term: str) -> bool:
@@ -70,7 +69,7 @@ def confirm_or_run(
     except InvalidJobFilter as exc:
         messages.error(request, str(exc))
         return None
-    if "apply_all" not in request.POST:
+    if CONFIRMED not in request.POST:
         return _confirmation(modeladmin, request, verb, total)
     user = getattr(request.user, "get_username", lambda: "")()
     # Inside a web request a pause between chunks would only lengthen the request: the

@@ -16,6 +16,7 @@ from django.utils.safestring import SafeString
 from awa_django.admin import detail
 from awa_django.admin.actions import report
 from awa_django.admin.filters import KindFilter, QueueFilter
+from awa_django.admin.guard import AdminGuard
 from awa_django.admin.object_actions import Button, ObjectActionsMixin
 from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.client import Client
@@ -43,7 +44,7 @@ def _selected(request: HttpRequest, queryset: QuerySet[DeadLetter]) -> list[int]
     return ids
 
 
-class DeadLetterAdmin(ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
+class DeadLetterAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     list_display = ("id", "kind", "queue", "reason", "attempts", "dead_lettered_at", "last_error")
     list_display_links = ("id", "kind")
     list_filter = ("reason", QueueFilter, KindFilter)

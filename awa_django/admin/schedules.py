@@ -17,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from awa_django.admin import detail
+from awa_django.admin.guard import AdminGuard
 from awa_django.admin.object_actions import Button, ObjectActionsMixin
 from awa_django.admin.routing import ReplicaReadsMixin
 from awa_django.client import Client
@@ -35,7 +36,7 @@ else:
     _ModelAdmin = admin.ModelAdmin
 
 
-class CronScheduleAdmin(ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
+class CronScheduleAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     list_display = (
         "name",
         "kind",

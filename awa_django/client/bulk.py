@@ -12,14 +12,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from awa_django.bulk import BulkAction, BulkProgress, JobFilter
+from awa_django.bulk import BulkAction, BulkProgress, JobFilter, check_priority
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.codec import storable_text
+from awa_django.conf import validate_queue_name
 from awa_django.events import Cancelled
 from awa_django.exceptions import BulkOperationNotFound, InvalidJobFilter
 from awa_django.storage.sql import bulk as bulk_sql
@@ -58,10 +59,7 @@ def start(
     """Record a new operation (checked first) and return its id; `run` carries it out."""
     from awa_django.storage.models import BulkOperation
 
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-        raise InvalidJobFilter(f"chunk_size must be a whole number, got {chunk_size!r:.30}")
-    if not 1 <= chunk_size <= MAX_CHUNK:
-        raise InvalidJobFilter(f"chunk_size must be between 1 and {MAX_CHUNK}")
+    check_chunk_size(chunk_size)
     operation = BulkOperation.objects.using(using).create(
         action=action.value,
         filter=where.to_json(),
@@ -75,20 +73,51 @@ def start(
     return operation.id
 
 
-def check_rate(max_per_second: float | None) -> float | None:
+def check_arguments(
+    action: BulkAction,
+    *,
+    chunk_size: object,
+    max_per_second: object,
+    busy_fraction: object,
+    priority: object = None,
+    target_queue: object = None,
+) -> None:
+    """Every argument of an operation besides its filter (which checked itself when it was
+    built), as the operation checks them. A dry run calls this too, so it refuses exactly
+    what the real run would."""
+    check_chunk_size(chunk_size)
+    check_rate(max_per_second)
+    check_busy_fraction(busy_fraction)
+    if action is BulkAction.SET_PRIORITY:
+        check_priority(priority)
+    if action is BulkAction.MOVE_QUEUE:
+        validate_queue_name(target_queue)
+
+
+def check_chunk_size(chunk_size: object) -> int:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise InvalidJobFilter(f"chunk_size must be a whole number, got {chunk_size!r:.30}")
+    if not 1 <= chunk_size <= MAX_CHUNK:
+        raise InvalidJobFilter(f"chunk_size must be between 1 and {MAX_CHUNK}")
+    return chunk_size
+
+
+def check_rate(max_per_second: object) -> float | None:
     if max_per_second is None:
         return None
-    valid = isinstance(max_per_second, int | float) and not isinstance(max_per_second, bool)
-    if not (valid and math.isfinite(max_per_second) and max_per_second > 0):
+    if not (_number(max_per_second) and math.isfinite(max_per_second) and max_per_second > 0):
         raise InvalidJobFilter(f"max_per_second must be > 0, got {max_per_second!r:.30}")
     return float(max_per_second)
 
 
-def check_busy_fraction(busy_fraction: float) -> float:
-    valid = isinstance(busy_fraction, int | float) and not isinstance(busy_fraction, bool)
-    if not (valid and 0 < busy_fraction <= 1):
+def check_busy_fraction(busy_fraction: object) -> float:
+    if not (_number(busy_fraction) and 0 < busy_fraction <= 1):
         raise InvalidJobFilter(f"busy_fraction must be > 0 and <= 1, got {busy_fraction!r:.30}")
     return float(busy_fraction)
+
+
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def run(
@@ -125,6 +154,7 @@ def run_chunk(using: str, operation_id: int) -> BulkProgress:
     """One chunk in one transaction (a savepoint inside the caller's, if any)."""
     from awa_django.storage.models import BulkOperation
 
+    check_operation_id(operation_id)
     with transaction.atomic(using=using):
         operation = (
             BulkOperation.objects.using(using).select_for_update().filter(pk=operation_id).first()
@@ -193,6 +223,7 @@ def _retry(using: str, window: Window) -> ChunkOutcome:
 def get(using: str, operation_id: int) -> BulkProgress:
     from awa_django.storage.models import BulkOperation
 
+    check_operation_id(operation_id)
     operation = BulkOperation.objects.using(using).filter(pk=operation_id).first()
     if operation is None:
         raise BulkOperationNotFound(f"no bulk operation with id {operation_id}")
@@ -203,6 +234,13 @@ def recent(using: str, limit: int) -> list[BulkProgress]:
     from awa_django.storage.models import BulkOperation
 
     return [snapshot(op) for op in BulkOperation.objects.using(using).order_by("-id")[:limit]]
+
+
+def check_operation_id(operation_id: object) -> None:
+    """Ids are whole numbers: anything else names no operation (and the ORM would raise a
+    ValueError of its own). One out of bigint range the ORM already finds nothing for."""
+    if isinstance(operation_id, bool) or not isinstance(operation_id, int):
+        raise BulkOperationNotFound(f"no bulk operation with id {operation_id!r:.30}")
 
 
 def snapshot(operation: BulkOperation) -> BulkProgress:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import TypedDict, Unpack
 
-from awa_django.bulk import BulkAction, BulkProgress, JobFilter, check_priority
+from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import bulk
 from awa_django.client.bulk import DEFAULT_CHUNK, ProgressCallback
 from awa_django.client.twins import async_twin
-from awa_django.conf import validate_queue_name
 from awa_django.states import JobState
 
 
@@ -50,14 +49,13 @@ class BulkVerbs:
     ) -> BulkProgress:
         """Give every waiting (neither running nor terminal) job matching `where`
         `priority`; it replaces an aged priority."""
-        return self._bulk(BulkAction.SET_PRIORITY, where, run, priority=check_priority(priority))
+        return self._bulk(BulkAction.SET_PRIORITY, where, run, priority=priority)
 
     def bulk_move_queue(
         self, where: JobFilter, queue: str, **run: Unpack[RunOptions]
     ) -> BulkProgress:
         """Move every waiting (neither running nor terminal) job matching `where` to
         `queue` (InvalidQueueName if it is not a valid name)."""
-        queue = validate_queue_name(queue)
         return self._bulk(BulkAction.MOVE_QUEUE, where, run, target_queue=queue)
 
     def drain_queue(self, queue: str, **run: Unpack[RunOptions]) -> BulkProgress:
@@ -79,8 +77,27 @@ class BulkVerbs:
         return self._bulk(BulkAction.DISCARD, where, run)
 
     def bulk_count(self, action: BulkAction | str, where: JobFilter) -> int:
-        """How many jobs `action` would look at under `where` now (a dry run)."""
+        """How many jobs `action` would look at under `where` now."""
         return bulk.count(self.using, BulkAction(action), where)
+
+    def bulk_dry_run(
+        self,
+        action: BulkAction | str,
+        where: JobFilter,
+        *,
+        priority: int | None = None,
+        target_queue: str | None = None,
+        **run: Unpack[RunOptions],
+    ) -> int:
+        """What the operation would look at, after every check the operation itself makes
+        (priority, target queue, chunk size, pace): a dry run refuses exactly what the real
+        run would refuse, and changes nothing.
+
+            Client().bulk_dry_run("set_priority", JobFilter(queue="email"), priority=1)
+        """
+        action = BulkAction(action)
+        self._check(action, run, priority, target_queue)
+        return self.bulk_count(action, where)
 
     def resume_bulk(
         self,
@@ -111,10 +128,8 @@ class BulkVerbs:
         priority: int | None = None,
         target_queue: str | None = None,
     ) -> BulkProgress:
-        bulk.check_rate(run.get("max_per_second"))
-        busy_fraction = bulk.check_busy_fraction(
-            run.get("busy_fraction", bulk.DEFAULT_BUSY_FRACTION)
-        )
+        self._check(action, run, priority, target_queue)
+        busy_fraction = run.get("busy_fraction", bulk.DEFAULT_BUSY_FRACTION)
         operation_id = bulk.start(
             self.using,
             action,
@@ -132,6 +147,17 @@ class BulkVerbs:
             busy_fraction,
         )
 
+    @staticmethod
+    def _check(action: BulkAction, run: RunOptions, priority: object, target_queue: object) -> None:
+        bulk.check_arguments(
+            action,
+            chunk_size=run.get("chunk_size", DEFAULT_CHUNK),
+            max_per_second=run.get("max_per_second"),
+            busy_fraction=run.get("busy_fraction", bulk.DEFAULT_BUSY_FRACTION),
+            priority=priority,
+            target_queue=target_queue,
+        )
+
     abulk_cancel = async_twin(bulk_cancel)
     abulk_retry = async_twin(bulk_retry)
     abulk_set_priority = async_twin(bulk_set_priority)
@@ -140,6 +166,7 @@ class BulkVerbs:
     aretry_failed = async_twin(retry_failed)
     adiscard_failed = async_twin(discard_failed)
     abulk_count = async_twin(bulk_count)
+    abulk_dry_run = async_twin(bulk_dry_run)
     aresume_bulk = async_twin(resume_bulk)
     abulk_operation = async_twin(bulk_operation)
     abulk_operations = async_twin(bulk_operations)

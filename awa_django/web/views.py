@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -164,9 +165,8 @@ def _check_content_type(request: HttpRequest, body: bytes) -> None:
 
 def _authenticate(request: HttpRequest, body: bytes, settings: AwaSettings) -> None:
     if not settings.callback_secrets:
-        if settings.callback_allow_unsigned:
-            return  # development only: with DEBUG off, awa.E011 is a system-check error
-        raise InvalidSignature('AWA["CALLBACK_SECRET"] is not set, so nothing can be verified')
+        _check_unsigned_allowed(settings)
+        return
     verify_callback_request(
         request.method or "",
         request.path,
@@ -176,6 +176,19 @@ def _authenticate(request: HttpRequest, body: bytes, settings: AwaSettings) -> N
         secret=settings.callback_secrets,
         replay_window=settings.callback_replay_window,
     )
+
+
+def _check_unsigned_allowed(settings: AwaSettings) -> None:
+    """Without a secret nothing can be verified: an unsigned request passes only with
+    CALLBACK_ALLOW_UNSIGNED *and* DEBUG on. Checked per request, because awa.E011 (the
+    flag without DEBUG) is a system check, and production servers never run those."""
+    if not settings.callback_allow_unsigned:
+        raise InvalidSignature('AWA["CALLBACK_SECRET"] is not set, so nothing can be verified')
+    if not django_settings.DEBUG:
+        raise InvalidSignature(
+            'AWA["CALLBACK_SECRET"] is not set and CALLBACK_ALLOW_UNSIGNED applies only '
+            "with DEBUG on (awa.E011)"
+        )
 
 
 def _callback_uuid(callback_id: str) -> uuid.UUID:

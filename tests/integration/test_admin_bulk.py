@@ -9,10 +9,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth.models import Permission
+from django.contrib.messages import get_messages
+from django.contrib.messages.storage.cookie import CookieStorage
 from django.test import Client as HttpClient
 from django.urls import reverse
 
+from awa_django.admin import actions
+from awa_django.admin.jobs import JobAdmin
 from awa_django.storage.models import BulkOperation, Job
 from tests.factories import JobFactory
 from tests.integration.test_admin import messages_of, operator
@@ -115,3 +120,75 @@ def test_an_aged_priority_shows_where_it_came_from(client: HttpClient, operator:
     detail = client.get(reverse("admin:awa_django_job_change", args=[job.pk])).content.decode()
     assert "2 (aged from 4)" in listing
     assert "2 (aged from 4)" in detail
+
+
+# -- issue 26: never without the confirmation page, never on a broken filter ------------------
+@pytest.mark.parametrize("term", ["a\x00b", "queue:a\x00", "tag:\x00", "kind:a\x00"])
+@pytest.mark.parametrize("confirm", [False, True])
+def test_select_all_with_an_unstorable_search_changes_nothing(
+    client: HttpClient, operator: Any, term: str, confirm: bool
+) -> None:
+    # Was a 500 (a%00b) or, with queue:a%00, the search dropped and the plain action run at
+    # once on the whole table. Now the guard refuses the page (400) before any action.
+    operator(client, "retry_job")
+    failed = JobFactory.create_batch(3, state="failed")
+    url = (
+        f"{reverse(CHANGELIST)}?{urlencode({'q': term}, encoding='utf-8', errors='surrogatepass')}"
+    )
+    data = {"action": "retry_jobs", "_selected_action": [failed[0].pk], "index": 0}
+    response = client.post(
+        url, {**data, "select_across": 1, **({"apply_all": 1} if confirm else {})}
+    )
+    assert response.status_code == 400
+    assert Job.objects.filter(state="failed").count() == 3
+    assert not BulkOperation.objects.exists()
+
+
+@pytest.mark.parametrize("term", ["queue:no spaces", "kind:" + "k" * 201, "tag:" + "t" * 201])
+def test_select_all_on_a_filter_that_cannot_be_built_is_an_error_shown(
+    client: HttpClient, operator: Any, term: str
+) -> None:
+    operator(client, "retry_job")
+    failed = JobFactory.create_batch(2, state="failed")
+    response = across(client, "retry_jobs", {"q": term}, failed[:1], confirm=True)
+    assert response.status_code == 200
+    assert any("Nothing was changed: the list's filter cannot be applied" in m
+               for m in messages_of(response))  # fmt: skip
+    assert Job.objects.filter(state="failed").count() == 2
+    assert not BulkOperation.objects.exists()
+
+
+@pytest.mark.parametrize("action", [actions.retry_jobs, actions.cancel_jobs])
+def test_the_action_itself_never_widens_a_broken_filter_to_the_whole_table(
+    rf: Any, admin_user: Any, action: Any
+) -> None:
+    # Behind the guard's back (as Django would call it with the search term dropped and
+    # the whole table as the queryset): the action refuses rather than act on everything.
+    JobFactory.create_batch(3, state="failed")
+    JobFactory.create_batch(2, state="available")
+    request = rf.post(
+        "/admin/awa_django/job/?q=queue:a%00",
+        {"action": action.__name__, "select_across": "1", "_selected_action": ["1"]},
+    )
+    request.user = admin_user
+    request._messages = CookieStorage(request)
+    before = sorted(Job.objects.values_list("state", flat=True))
+    assert action(JobAdmin(Job, admin.site), request, Job.objects.all()) is None
+    assert sorted(Job.objects.values_list("state", flat=True)) == before
+    assert "cannot be applied" in " ".join(str(m) for m in get_messages(request))
+    assert not BulkOperation.objects.exists()
+
+
+def test_select_all_with_a_search_by_id_acts_on_the_page_selection_only(
+    rf: Any, admin_user: Any
+) -> None:
+    failed = JobFactory.create_batch(3, state="failed")
+    request = rf.post(
+        f"/admin/awa_django/job/?q={failed[0].pk}",
+        {"action": "retry_jobs", "select_across": "1", "_selected_action": [str(failed[0].pk)]},
+    )
+    request.user = admin_user
+    request._messages = CookieStorage(request)
+    # Even if the queryset handed over were wider than the search (the whole table).
+    actions.retry_jobs(JobAdmin(Job, admin.site), request, Job.objects.all())
+    assert [Job.objects.get(pk=j.pk).state for j in failed] == ["available", "failed", "failed"]

@@ -285,6 +285,9 @@ def test_skip_keyed_leaves_every_keyed_row_of_the_chunk() -> None:
         (lambda: Client().retry_failed(queue=Q, busy_fraction=0), InvalidJobFilter),
         (lambda: Client().retry_failed(queue=Q, busy_fraction=1.5), InvalidJobFilter),
         (lambda: Client().retry_failed(queue=Q, busy_fraction=True), InvalidJobFilter),
+        (lambda: Client().bulk_operation("abc"), BulkOperationNotFound),  # type: ignore[arg-type]
+        (lambda: Client().resume_bulk("1"), BulkOperationNotFound),  # type: ignore[arg-type]
+        (lambda: Client().bulk_operation(2**70), BulkOperationNotFound),
     ],
 )
 def test_bad_input_is_a_typed_error_before_anything_changes(make: Any, error: type) -> None:

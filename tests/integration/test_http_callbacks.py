@@ -420,12 +420,34 @@ def test_without_a_secret_every_request_is_refused(send, callback_settings, capl
 
 
 def test_unsigned_requests_pass_only_when_explicitly_allowed(send, callback_settings):
+    callback_settings.DEBUG = True
     callback_settings.AWA = {
         **callback_settings.AWA, "CALLBACK_SECRET": None, "CALLBACK_ALLOW_UNSIGNED": True,
     }  # fmt: skip
     job = ParkedJobFactory()
     assert send(job.callback_id, "complete", {}, headers={}).status_code == 200
     assert snapshot(job)["state"] == "completed"
+
+
+@pytest.mark.parametrize("action", ["complete", "fail", "retry", "heartbeat"])
+def test_allow_unsigned_without_debug_is_refused_at_request_time(
+    send, callback_settings, caplog, action
+):
+    # Production servers never run system checks (awa.E011): the view itself refuses, with
+    # the very bytes of every other 401.
+    callback_settings.DEBUG = False
+    other = send(ParkedJobFactory().callback_id, action, {}, secret="not-the-secret-xxxxxxxx")
+    callback_settings.AWA = {
+        **callback_settings.AWA, "CALLBACK_SECRET": None, "CALLBACK_ALLOW_UNSIGNED": True,
+    }  # fmt: skip
+    job = ParkedJobFactory()
+    before = snapshot(job)
+    body = {"fail": {"error": "boom"}}.get(action, {})
+    response = send(job.callback_id, action, body, headers={})
+    assert (response.status_code, response.content) == (401, other.content)
+    assert other.status_code == 401
+    assert snapshot(job) == before
+    assert "applies only with DEBUG on" in caplog.text
 
 
 def test_allow_unsigned_does_not_weaken_a_configured_secret(send, callback_settings):

@@ -14,9 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from awa_django.bulk import ACTION_STATES, BulkAction, BulkProgress, JobFilter, check_priority
+from awa_django.codec import unstorable_character
 from awa_django.conf import QueueConfig, awa_settings
 from awa_django.display import format_priority
-from awa_django.exceptions import InvalidJobFilter
+from awa_django.exceptions import InvalidJobFilter, InvalidQueueName
 from awa_django.states import TERMINAL_STATES, JobState
 
 names = st.from_regex(r"[a-z0-9_]{1,30}", fullmatch=True)
@@ -52,6 +53,22 @@ def test_a_filter_survives_its_json_round_trip(**fields: Any) -> None:
         {"kind": ""},
         {"created_before": dt.datetime(2026, 1, 1)},
         {"finalized_after": "2026-01-01"},
+        # Issue 26: each of these used to pass the filter and fail in the driver or the
+        # database (DataError, UnicodeEncodeError, TypeError).
+        {"kind": "a\x00"},
+        {"kind": "\ud800"},
+        {"kind": "k" * 201},
+        {"kind": 5},
+        {"tags": 5},
+        {"tags": ("a\x00",)},
+        {"tags": ("\udcff",)},
+        {"tags": ("t" * 201,)},
+        {"tags": tuple(f"t{n}" for n in range(21))},
+        {"tags": (5,)},
+        {"states": 5},
+        {"states": None},
+        {"states": ("failed\x00",)},
+        {"created_after": dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))},
     ],
 )
 def test_bad_filters_are_invalid_job_filter(fields: dict[str, Any]) -> None:
@@ -119,3 +136,34 @@ def test_priority_aging_rejects_anything_else_with_the_fix(seconds: Any) -> None
         pytest.raises(ImproperlyConfigured, match=r"priority_aging.*must be a number of seconds"),
     ):
         awa_settings()
+
+
+# Anything a caller might pass for a field: right and wrong types, hostile text.
+NASTY = ["\x00", "\ud800", "\udcff", "\\", "'", "²", "😀", " ", "\n"]
+texts = st.lists(st.sampled_from(NASTY) | st.characters(), max_size=8).map("".join) | st.text(
+    max_size=210
+)
+anything = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    texts,
+    st.sampled_from(JobState.values),
+    st.lists(texts | st.sampled_from(JobState.values) | st.integers(), max_size=22).map(tuple),
+    st.lists(texts, max_size=3),
+    st.datetimes(timezones=st.none() | st.timezones()),
+)
+FIELDS = ("queue", "kind", "states", "tags", "created_after", "finalized_before")
+
+
+@given(fields=st.dictionaries(st.sampled_from(FIELDS), anything, max_size=4))
+def test_any_input_builds_a_storable_filter_or_raises_a_typed_error(fields: dict[str, Any]) -> None:
+    try:
+        where = JobFilter(**fields)
+    except (InvalidJobFilter, InvalidQueueName):
+        return
+    # Built: every text in it is one PostgreSQL can take (tests/integration runs it).
+    for text in (where.queue, where.kind, *where.states, *where.tags):
+        assert text is None or (unstorable_character(text) is None and 0 < len(text) <= 200)
+    assert JobFilter.from_json(where.to_json()) == where

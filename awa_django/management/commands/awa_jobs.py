@@ -18,22 +18,35 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
+from django.db import connections
 from django.utils import timezone
 
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import Client
-from awa_django.client.bulk import DEFAULT_BUSY_FRACTION
+from awa_django.client.bulk import DEFAULT_BUSY_FRACTION, DEFAULT_CHUNK
 from awa_django.exceptions import AwaError
 
-# verb → (action, which filter options it takes: "all" or "kind-queue")
-VERBS: dict[str, tuple[BulkAction, str]] = {
-    "drain": (BulkAction.CANCEL, "queue"),
-    "retry-failed": (BulkAction.RETRY, "kind-queue"),
-    "discard-failed": (BulkAction.DISCARD, "kind-queue"),
-    "cancel": (BulkAction.CANCEL, "all"),
-    "retry": (BulkAction.RETRY, "all"),
-    "set-priority": (BulkAction.SET_PRIORITY, "all"),
-    "move-queue": (BulkAction.MOVE_QUEUE, "all"),
+# verb → (action, which filter options it takes: "queue", "kind-queue" or "all", help)
+VERBS: dict[str, tuple[BulkAction, str, str]] = {
+    "drain": (BulkAction.CANCEL, "queue", "cancel every waiting job of QUEUE (running ones go on)"),
+    "retry-failed": (BulkAction.RETRY, "kind-queue", "retry the failed jobs that match"),
+    "discard-failed": (BulkAction.DISCARD, "kind-queue", "delete the failed jobs that match"),
+    "cancel": (BulkAction.CANCEL, "all", "cancel the jobs that match, running ones included"),
+    "retry": (
+        BulkAction.RETRY,
+        "all",
+        "retry the failed, cancelled and waiting_external jobs that match",
+    ),
+    "set-priority": (
+        BulkAction.SET_PRIORITY,
+        "all",
+        "give the waiting jobs that match a new PRIORITY",
+    ),
+    "move-queue": (
+        BulkAction.MOVE_QUEUE,
+        "all",
+        "move the waiting jobs that match to TARGET_QUEUE",
+    ),
 }
 DRAIN_STATES = tuple(s for s in BulkAction.CANCEL.states if s != "running")
 
@@ -65,30 +78,14 @@ class Command(BaseCommand):
             help="share of the time spent in chunks, 0 < F <= 1 (default %(default)s; 1: no"
             " pause between chunks)",
         )
-        verbs = parser.add_subparsers(dest="verb", required=False)
-        for verb, (_, scope) in VERBS.items():
-            sub = verbs.add_parser(verb, help=f"{verb} the matching jobs")
-            if verb == "drain":
-                sub.add_argument("queue_name", metavar="QUEUE")
-            if verb == "set-priority":
-                sub.add_argument("priority", type=int)
-            if verb == "move-queue":
-                sub.add_argument("target_queue", metavar="TARGET_QUEUE")
-            if scope != "queue":
-                sub.add_argument("--queue", help="only jobs of this queue")
-                sub.add_argument("--kind", help="only jobs of this kind")
-            if scope == "all":
-                sub.add_argument("--state", action="append", default=[], help="repeatable")
-                sub.add_argument("--tag", action="append", default=[], help="all of them")
-                for bound in ("created-after", "created-before"):
-                    sub.add_argument(f"--{bound}", type=when, metavar="ISO")
-                for bound in ("finalized-after", "finalized-before"):
-                    sub.add_argument(f"--{bound}", type=when, metavar="ISO")
-            sub.add_argument("--dry-run", action="store_true", help="count, change nothing")
-            sub.add_argument("--yes", action="store_true", help="do not ask to confirm")
-            sub.add_argument("--chunk-size", type=int, default=2000, help="jobs per transaction")
+        verbs = parser.add_subparsers(dest="verb", required=False, metavar="VERB")
+        for verb, (_, scope, text) in VERBS.items():
+            sub = verbs.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ".")
+            add_verb_arguments(sub, verb, scope)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["database"] is not None and options["database"] not in connections:
+            raise CommandError(f"no database {options['database']!r} in DATABASES")
         client = Client(options["database"])
         try:
             if options["show"] is not None:
@@ -109,22 +106,25 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
 
     def _run(self, client: Client, options: dict[str, Any]) -> None:
-        action, _ = VERBS[options["verb"]]
+        action = VERBS[options["verb"]][0]
         where = job_filter(options)
-        total = client.bulk_count(action, where)
+        run = {
+            "chunk_size": options["chunk_size"],
+            "max_per_second": options["max_per_second"],
+            "busy_fraction": options["busy_fraction"],
+        }
+        # The dry run and the real run check the same filter and the same arguments.
+        total = client.bulk_dry_run(action, where, **verb_arguments(options), **run)
         noun = f"{total:,} job{'' if total == 1 else 's'}"
         if options["dry_run"]:
             self.stdout.write(f"{options['verb']} would look at {noun} (dry run)")
             return
         if not options["yes"] and not self._confirm(f"{options['verb']} {noun}?"):
             raise CommandError("aborted; nothing changed")
-        run = {
-            "chunk_size": options["chunk_size"],
-            "on_progress": self._bar(),
-            "max_per_second": options["max_per_second"],
-            "busy_fraction": options["busy_fraction"],
-        }
-        self._finish(start(client, options, where, created_by="awa_jobs", **run))
+        progress = start(
+            client, options, where, created_by="awa_jobs", on_progress=self._bar(), **run
+        )
+        self._finish(progress)
 
     def _confirm(self, question: str) -> bool:
         if not sys.stdin.isatty():
@@ -137,6 +137,47 @@ class Command(BaseCommand):
 
     def _finish(self, progress: BulkProgress) -> None:
         self.stdout.write(describe(progress))
+
+
+def add_verb_arguments(sub: CommandParser, verb: str, scope: str) -> None:
+    if verb == "drain":
+        sub.add_argument("queue_name", metavar="QUEUE", help="the queue to drain")
+    if verb == "set-priority":
+        sub.add_argument("priority", type=int, help="lower runs first: 1 urgent .. 4 batch")
+    if verb == "move-queue":
+        sub.add_argument("target_queue", metavar="TARGET_QUEUE", help="the queue to move to")
+    if scope != "queue":
+        sub.add_argument("--queue", help="only jobs of this queue")
+        sub.add_argument("--kind", help="only jobs of this kind")
+    if scope == "all":
+        sub.add_argument(
+            "--state", action="append", default=[], help="only jobs in this state (repeatable)"
+        )
+        sub.add_argument(
+            "--tag",
+            action="append",
+            default=[],
+            help="only jobs with this tag (repeatable: with all of them)",
+        )
+        for bound, word in (("after", "at or after"), ("before", "before")):
+            for moment in ("created", "finalized"):
+                sub.add_argument(
+                    f"--{moment}-{bound}",
+                    type=when,
+                    metavar="ISO",
+                    help=f"only jobs {moment} {word} this ISO 8601 time",
+                )
+    sub.add_argument(
+        "--dry-run", action="store_true", help="check everything and count, change nothing"
+    )
+    sub.add_argument("--yes", action="store_true", help="do not ask to confirm")
+    sub.add_argument(
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK,
+        metavar="N",
+        help="jobs per transaction, 1..10,000 (default %(default)s)",
+    )
 
 
 def job_filter(options: dict[str, Any]) -> JobFilter:
@@ -157,6 +198,15 @@ def job_filter(options: dict[str, Any]) -> JobFilter:
     )
 
 
+def verb_arguments(options: dict[str, Any]) -> dict[str, Any]:
+    """The new priority of set-priority, the target queue of move-queue."""
+    if options["verb"] == "set-priority":
+        return {"priority": options["priority"]}
+    if options["verb"] == "move-queue":
+        return {"target_queue": options["target_queue"]}
+    return {}
+
+
 def start(client: Client, options: dict[str, Any], where: JobFilter, **run: Any) -> BulkProgress:
     verb = options["verb"]
     if verb in ("drain", "cancel"):
@@ -166,8 +216,8 @@ def start(client: Client, options: dict[str, Any], where: JobFilter, **run: Any)
     if verb == "discard-failed":
         return client.discard_failed(kind=where.kind, queue=where.queue, **run)
     if verb == "set-priority":
-        return client.bulk_set_priority(where, options["priority"], **run)
-    return client.bulk_move_queue(where, options["target_queue"], **run)
+        return client.bulk_set_priority(where, **verb_arguments(options), **run)
+    return client.bulk_move_queue(where, queue=options["target_queue"], **run)
 
 
 def describe(p: BulkProgress) -> str:
