@@ -41,7 +41,12 @@ _WAITING = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE, JobState
 # `Client.cancel` does (the attempt's outcome turns stale, its worker hears the hint).
 ACTION_STATES: Mapping[BulkAction, tuple[str, ...]] = {
     BulkAction.CANCEL: (*_WAITING, JobState.RUNNING),
-    BulkAction.RETRY: (JobState.FAILED, JobState.CANCELLED, JobState.WAITING_EXTERNAL),
+    BulkAction.RETRY: (
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.WAITING_EXTERNAL,
+        JobState.RETRYABLE,
+    ),
     BulkAction.SET_PRIORITY: _WAITING,
     BulkAction.MOVE_QUEUE: _WAITING,
     BulkAction.DISCARD: (JobState.FAILED,),

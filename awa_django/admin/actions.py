@@ -81,7 +81,7 @@ def retry_jobs(
     ids = _selected_ids(request, selection, MAX_BULK)
     if ids is not None:
         retried = _client().retry_many(ids)
-        why = "not failed, cancelled or waiting_external"
+        why = "not failed, cancelled, retryable or waiting_external"
         report(request, "job", "retried", len(retried), len(ids) - len(retried), why)
     return None
 

@@ -267,7 +267,7 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     def object_buttons(self, obj: Job) -> list[Button]:
         """The list's actions that apply in the job's state (the Client re-checks it)."""
         buttons = []
-        if obj.state in (JobState.FAILED, JobState.CANCELLED):
+        if obj.state in (JobState.FAILED, JobState.CANCELLED, JobState.RETRYABLE):
             buttons.append(Button("retry_jobs", "Retry"))
         if obj.state == JobState.WAITING_EXTERNAL and obj.callback_id:
             buttons += [

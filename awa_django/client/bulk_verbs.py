@@ -40,7 +40,7 @@ class BulkVerbs:
         return self._bulk(BulkAction.CANCEL, where, run)
 
     def bulk_retry(self, where: JobFilter, **run: Unpack[RunOptions]) -> BulkProgress:
-        """`retry` every failed, cancelled or waiting_external job matching `where`; one
+        """`retry` every failed, cancelled, retryable or waiting_external job matching `where`; one
         whose unique key another live job holds is left and counted in `conflicts`."""
         return self._bulk(BulkAction.RETRY, where, run)
 

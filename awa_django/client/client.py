@@ -232,8 +232,8 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
         return unique.cancel_oldest_live(self.using, key, self.cancel)
 
     def retry(self, job_id: int) -> JobSnapshot | None:
-        """Make a failed, cancelled or parked job available again (attempts reset);
-        None if the job is in another state."""
+        """Make a failed, cancelled, parked or retryable job available now (attempts
+        reset); None if the job is in another state."""
         rows = self.retry_many([job_id])
         return rows[0] if rows else None
 

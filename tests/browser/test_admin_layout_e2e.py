@@ -224,7 +224,7 @@ def test_detail_pages_carry_the_buttons_of_their_state(
     log_in(page, live_server.url, operator, "/admin/")
     expected = {
         "job_detail_failed": ["Retry"],
-        "job_detail_retryable": ["Cancel"],
+        "job_detail_retryable": ["Retry", "Cancel"],
         "job_detail_running": ["Cancel"],
         "job_detail_waiting_external": ["Complete", "Fail", "Retry", "Cancel"],
         "dead_letter_detail": ["Retry", "Purge"],

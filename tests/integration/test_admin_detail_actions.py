@@ -80,6 +80,17 @@ def test_retry_on_a_failed_job_retries_it_and_says_so(client, operator):
     assert (state(job), Job.objects.get(pk=job.pk).attempt) == ("available", 0)
 
 
+def test_retry_on_a_retryable_job_runs_it_now(client, operator):
+    operator(client, "retry_job", "cancel_job")
+    job = JobFactory(state="retryable", attempt=2, run_at=timezone.now() + dt.timedelta(hours=1))
+    page = detail(client, "job", job.pk)
+    assert 'id="awa-act-retry_jobs"' in page and 'id="awa-act-cancel_jobs"' in page
+    response = press(client, "job", job.pk, "retry_jobs")
+    assert messages_of(response) == ["1 job retried"]
+    row = Job.objects.get(pk=job.pk)
+    assert (row.state, row.attempt) == ("available", 0) and row.run_at <= timezone.now()
+
+
 def test_cancel_on_a_retryable_job_cancels_it(client, operator):
     operator(client, "cancel_job")
     job = JobFactory(state="retryable", attempt=1)

@@ -302,7 +302,9 @@ def test_bulk_count_is_what_the_action_would_look_at() -> None:
     one_of_each()
     client = Client()
     assert client.bulk_count(BulkAction.CANCEL, JobFilter(queue=Q)) == 5
-    assert client.bulk_count("retry", JobFilter(queue=Q)) == 3
+    assert (
+        client.bulk_count("retry", JobFilter(queue=Q)) == 4
+    )  # failed, cancelled, waiting_external, retryable
     assert client.bulk_count("discard", JobFilter(queue=Q)) == 1
 
 

@@ -203,7 +203,17 @@ def test_retry_of_a_parked_job_clears_its_callback() -> None:
     assert (row.state, row.attempt, row.callback_id) == ("available", 0, None)
 
 
-@pytest.mark.parametrize("state", ["available", "scheduled", "retryable", "completed"])
+def test_retry_of_a_retryable_job_runs_it_now_with_a_fresh_budget() -> None:
+    errors = [{"error": "boom", "attempt": 2, "at": "2030-01-01T00:00:00+00:00"}]
+    later = timezone.now() + dt.timedelta(hours=1)
+    job = JobFactory(state="retryable", attempt=2, run_lease=2, errors=errors, run_at=later)
+    row = awa_django.Client().retry(job.id)
+    assert row is not None
+    assert (row.state, row.attempt, row.errors) == ("available", 0, errors)
+    assert row.run_at < later
+
+
+@pytest.mark.parametrize("state", ["available", "scheduled", "completed"])
 def test_retry_refuses_other_states(state: str) -> None:
     job = JobFactory(state=state, attempt=1)
     before = Job.objects.filter(id=job.id).values().get()

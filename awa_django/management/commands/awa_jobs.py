@@ -35,7 +35,7 @@ VERBS: dict[str, tuple[BulkAction, str, str]] = {
     "retry": (
         BulkAction.RETRY,
         "all",
-        "retry the failed, cancelled and waiting_external jobs that match",
+        "retry the failed, cancelled, retryable and waiting_external jobs that match",
     ),
     "set-priority": (
         BulkAction.SET_PRIORITY,

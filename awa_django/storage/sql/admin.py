@@ -45,14 +45,15 @@ def job_cancel_many(*, ids: list[int]) -> Query[list[JobSnapshot]]:
 
 # Params: ids int8[]. Each retried job's queue is notified (duplicates fold into one). T21:
 # failed / cancelled / waiting_external → available, attempt reset, errors and run_lease kept,
-# the enqueued priority restored if aging had lifted it (decision 018).
+# the enqueued priority restored if aging had lifted it (decision 018). Beyond Awa's T21, a
+# retryable job is taken too: an operator's retry runs it now instead of after its backoff.
 JOB_RETRY_MANY = Statement(
     "job_retry_many",
     f"""
 WITH target AS (
     SELECT id FROM awa_jobs_hot
     WHERE id = ANY(%(ids)s::int8[])
-      AND state IN ('failed', 'cancelled', 'waiting_external')
+      AND state IN ('failed', 'cancelled', 'waiting_external', 'retryable')
     ORDER BY id
     FOR UPDATE
 ), retried AS (
