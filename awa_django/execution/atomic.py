@@ -36,7 +36,7 @@ from awa_django.exceptions import (
 )
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
-from awa_django.execution.outcomes import Transition, plan_failure, unstorable
+from awa_django.execution.outcomes import Transition, unstorable
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -129,7 +129,7 @@ def _after_rollback(job: JobContext[Any], exc: BaseException) -> Committed | Tra
         )
         return Committed([])
     if isinstance(exc, FollowUpFailed):
-        return plan_failure(job.row, exc)  # like a handler error (decision 015)
+        return attempt.failure(job, exc)  # like a handler error (decision 015)
     if isinstance(exc, OutcomeNotStored | SerializationError | PayloadTooLarge):
         # Refused values (a result the codec or the database cannot hold) would be
         # refused again on every retry. Anything else (an outage: DatabaseUnavailable, a
@@ -137,4 +137,4 @@ def _after_rollback(job: JobContext[Any], exc: BaseException) -> Committed | Tra
         logger.warning("job %s: its outcome could not be stored: %s", job.id, exc)
         return unstorable(exc)
     logger.warning("job %s: its atomic outcome failed to commit: %r", job.id, exc)
-    return plan_failure(job.row, exc)
+    return attempt.failure(job, exc)

@@ -27,6 +27,7 @@ from awa_django.events import Completed, Event, Exhausted, Retried, Started
 from awa_django.exceptions import (
     AwaError,
     FollowUpFailed,
+    InvalidJobArgs,
     OutcomeNotStored,
     StaleAttempt,
     UnknownJobKind,
@@ -45,6 +46,7 @@ from awa_django.execution.outcomes import (
 from awa_django.registry import JobDefinition, registry
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState
 from awa_django.storage.query import Query
 from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import jobs as jobs_sql
@@ -148,8 +150,28 @@ def outcome_of_error(
     if isinstance(error, UnknownJobKind):
         logger.warning("job %s: no handler for kind %r in this worker", job.id, job.kind)
         return plan_unknown_kind(job.row, error, unknown_kind_grace)
-    logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, error)
-    return plan_failure(job.row, error)
+    return failure(job, error)
+
+
+def failure(job: JobContext[Any], error: BaseException) -> Transition:
+    """The failure of this attempt by `error`, logged: a retry in one INFO line, a failure
+    for good at ERROR with the whole traceback (its stored error keeps only the last
+    lines, and says where the rest is)."""
+    transition = plan_failure(job.row, error, logged=True)
+    if transition.state != JobState.FAILED:
+        logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, error)
+        return transition
+    trace = None if isinstance(error, InvalidJobArgs) else error  # our own message says all
+    logger.error(
+        "job %s (%s) failed for good on attempt %s of %s: %s",
+        job.id,
+        job.kind,
+        job.attempt,
+        job.row.max_attempts,
+        error.__class__.__name__,
+        exc_info=trace,
+    )
+    return transition
 
 
 def finish(
@@ -204,7 +226,7 @@ def _refused(job: JobContext[Any], exc: BaseException) -> Transition:
     """What follows an outcome the database or a follow-up builder refused."""
     if isinstance(exc, FollowUpFailed):
         # Like a handler error: retried with backoff, exhausted on the last attempt.
-        return plan_failure(job.row, exc)
+        return failure(job, exc)
     logger.warning("job %s: the database refused its outcome: %s", job.id, exc)
     return unstorable(exc)
 

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from awa_django.codec import storable_text
+from awa_django.codec import CUT, MAX_ERROR_BYTES, TRUNCATED, storable_text
 from awa_django.events import Cancelled, Event, Exhausted, Retried, WaitingForCallback
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
@@ -122,19 +122,23 @@ def _callback_id(token: object) -> uuid.UUID:
     )
 
 
-def plan_failure(row: JobSnapshot, error: BaseException) -> Transition:
-    """The transition for a handler that raised `error` (or whose job cannot run)."""
-    message, kind = describe(error), exception_path(error)
+def plan_failure(row: JobSnapshot, error: BaseException, *, logged: bool = False) -> Transition:
+    """The transition for a handler that raised `error` (or whose job cannot run).
+    `logged`: the caller logs the whole trace of a failure for good (attempt.failure), so
+    its stored error may point there when cut."""
+    kind = exception_path(error)
     # SystemExit / KeyboardInterrupt from a handler would end the worker; retrying them
     # would end the next worker too, so they fail the job at once.
-    if isinstance(
+    terminal = isinstance(
         error, TerminalError | UnknownJobKind | InvalidJobArgs | SystemExit | KeyboardInterrupt
-    ):
-        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind, terminal=True)
-    if row.attempt >= row.max_attempts:
-        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind)
+    )
+    if terminal or row.attempt >= row.max_attempts:
+        message = describe(error, logged=logged)
+        return Transition(
+            JobState.FAILED, Exhausted, error=message, error_type=kind, terminal=terminal
+        )
     return Transition(
-        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message, error_type=kind
+        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=describe(error), error_type=kind
     )
 
 
@@ -226,22 +230,39 @@ def exception_path(error: BaseException) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def describe(error: BaseException) -> str:
-    """`module.Type: message` plus the last lines of the traceback, storable and bounded
-    (codec.storable_text)."""
+def describe(error: BaseException, *, logged: bool = False) -> str:
+    """`module.Type: message`, then the traceback as Python prints it (its last lines when
+    long), ending like `traceback.format_exception` with the exception line and its
+    newline; storable and bounded (codec.storable_text). `logged`: the whole trace is in
+    the worker's log, so a cut says so; otherwise it promises nothing."""
     kind = type(error)
     name = kind.__qualname__ if kind.__module__ == "builtins" else exception_path(error)
     try:
         message = str(error)
-        lines = "".join(traceback.format_exception(error)).rstrip().splitlines()
+        lines = "".join(traceback.format_exception(error)).splitlines(keepends=True)
     except Exception:  # an exception whose __str__ fails must still fail its job cleanly
         message, lines = "<exception text unavailable>", []
     if isinstance(error, UnknownJobKind | InvalidJobArgs):
         return storable_text(message)  # our own message says everything; no traceback
-    if len(lines) > TRACEBACK_LINES:
+    where = ", full trace in logs" if logged else ""
+    if len(lines) > TRACEBACK_LINES + 1:  # a mark in place of one line would save nothing
         dropped = len(lines) - TRACEBACK_LINES
-        lines = [f"... ({dropped} lines truncated, full trace in logs)", *lines[-TRACEBACK_LINES:]]
-    return storable_text(f"{name}: {message}" + "\n" + "\n".join(lines))
+        lines = [f"... ({dropped} lines truncated{where})\n", *lines[-TRACEBACK_LINES:]]
+    return _bounded(f"{name}: {message}\n", "".join(lines), CUT if not logged else TRUNCATED)
+
+
+def _bounded(head: str, trace: str, marker: str) -> str:
+    """`head` + `trace` within MAX_ERROR_BYTES. A long message is cut in the head, so the
+    trace's last line (the one a reader and Django's TaskError look at) stays whole; only a
+    trace that cannot fit on its own is cut at its end."""
+    whole = storable_text(head + trace, marker=marker)
+    if not whole.endswith(marker):
+        return whole
+    trace = storable_text(trace)
+    room = MAX_ERROR_BYTES - len(trace.encode())
+    if room < MAX_ERROR_BYTES // 4:  # the trace alone is most of the limit: cut its end
+        return whole
+    return storable_text(head.rstrip("\n"), room - 1, marker) + "\n" + trace
 
 
 def event_for(transition: Transition, row: JobSnapshot) -> Event:
