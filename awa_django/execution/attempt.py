@@ -29,6 +29,7 @@ from awa_django.exceptions import (
     FollowUpFailed,
     InvalidJobArgs,
     OutcomeNotStored,
+    OutcomeRefused,
     StaleAttempt,
     UnknownJobKind,
 )
@@ -39,6 +40,7 @@ from awa_django.execution.outcomes import (
     event_for,
     plan,
     plan_failure,
+    plan_refused,
     plan_unknown_kind,
     routed,
     unstorable,
@@ -89,7 +91,7 @@ class Outcome:
 Step = Query[Any] | Completion | Outcome
 Steps = Generator[Step, Any, T]
 # What a step may raise that the steps themselves decide about (thrown back into them).
-REFUSALS = (OutcomeNotStored, FollowUpFailed)
+REFUSALS = (OutcomeNotStored, OutcomeRefused, FollowUpFailed)
 
 
 # -- claim and start ----------------------------------------------------------------------
@@ -227,7 +229,10 @@ def _refused(job: JobContext[Any], exc: BaseException) -> Transition:
     if isinstance(exc, FollowUpFailed):
         # Like a handler error: retried with backoff, exhausted on the last attempt.
         return failure(job, exc)
-    logger.warning("job %s: the database refused its outcome: %s", job.id, exc)
+    if isinstance(exc, OutcomeRefused):  # not its values: the attempt is retried (036)
+        logger.warning("job %s: the database refused its outcome, retried: %s", job.id, exc)
+        return plan_refused(job.row, exc)
+    logger.warning("job %s: the database cannot store its outcome: %s", job.id, exc)
     return unstorable(exc)
 
 
@@ -242,8 +247,8 @@ def _transition(
     except REFUSALS as exc:
         if atomic:
             raise
-        if transition.error_type == _NOT_STORED:
-            raise  # even the bare failure was refused: rescue ends the attempt
+        if transition.error_type in _REFUSED_TYPES:
+            raise  # even the failure of a refused outcome was refused: rescue ends it
         if isinstance(exc, FollowUpFailed) and transition.event in (Retried, Exhausted):
             # A failure cannot fail again: it is written without its follow-ups, so the
             # job still leaves `running` (the builder's error is logged; decision 015).
@@ -263,6 +268,7 @@ def _transition(
 
 
 _NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
+_REFUSED_TYPES = {_NOT_STORED, f"{OutcomeRefused.__module__}.{OutcomeRefused.__qualname__}"}
 
 
 def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:

@@ -212,14 +212,29 @@ def handed_back_since(row: JobSnapshot) -> dt.datetime | None:
 
 
 def unstorable(error: BaseException) -> Transition:
-    """The job fails for good when the database refuses its outcome: the same values
-    would be refused on every retry. Progress is not written (it may be the culprit)."""
+    """The job fails for good when the database cannot store a value of its outcome (or
+    the codec refused it): the same values would be refused on every retry. Progress is
+    not written (it may be the culprit)."""
     return Transition(
         JobState.FAILED,
         Exhausted,
         error=storable_text(f"the outcome of this attempt could not be stored: {error}"),
         error_type=exception_path(error),
         terminal=True,
+    )
+
+
+def plan_refused(row: JobSnapshot, error: BaseException) -> Transition:
+    """The attempt whose outcome the database refused for a reason of its own (a trigger,
+    a constraint, a conflict, a timeout; not its values) ends like one that raised: retried
+    with backoff, exhausted on the last attempt (decision 036). The refused outcome itself
+    committed nothing, so no event of it is announced."""
+    message = storable_text(f"the database refused the outcome of this attempt: {error}")
+    kind = exception_path(error)
+    if row.attempt >= row.max_attempts:
+        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind)
+    return Transition(
+        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message, error_type=kind
     )
 
 

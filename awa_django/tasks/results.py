@@ -175,7 +175,7 @@ def django_traceback(text: str) -> str:
     """An error entry as Django's own backends store a traceback: what
     `traceback.format_exception` printed, without awa's `Type: message` head line (the
     trace ends with that line anyway). Entries with no trace are kept whole."""
-    head, newline, trace = text.partition("\n")
+    _, newline, trace = text.partition("\n")
     if newline and trace.startswith(_TRACE_STARTS):
         return trace
     return text
