@@ -109,7 +109,9 @@ def run_attempt(scheduler: str, job_id: int) -> tuple[Job, list[Event]]:
 
 def due_now(job_id: int) -> None:
     """The retry's back-off, skipped: what the leader's promotion does once it passed."""
-    Job.objects.filter(id=job_id, state="retryable").update(state="available", run_at=timezone.now())
+    Job.objects.filter(id=job_id, state="retryable").update(
+        state="available", run_at=timezone.now()
+    )
 
 
 def refused_entry(job: Job, kind: str = REFUSED) -> dict[str, Any]:
