@@ -4,31 +4,28 @@ does. Both schedulers of the attempt lifecycle (the inline runner and the worker
 `Executor` with its batched `Completer`), plain and atomic handlers, and every outcome
 write they share (complete, retry, cancel, snooze).
 
-The refusal is a real PostgreSQL trigger on `awa_jobs_hot`, counted by a sequence: a
-sequence is not rolled back with the refused transaction, so "once" stays once even when
-the refusal aborts an atomic handler's whole transaction.
+The refusal is a real PostgreSQL trigger on `awa_jobs_hot` (tests/refusal_trigger.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 import awa_django
 from awa_django.events import Completed, Event
 from awa_django.execution.context import JobContext
-from awa_django.results import Cancel, RetryAfter, Snooze
 from awa_django.execution.inline import run_available
+from awa_django.results import Cancel, RetryAfter, Snooze
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.testing import capture_events
 from testproject.testjobs.models import Execution
+from tests.refusal_trigger import refuse
 
 from .test_attempt_conformance import (
     ATTEMPT_TIMEOUT,
@@ -43,55 +40,10 @@ from .test_attempt_conformance import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-__all__ = ["_reset_observations", "scheduler"]  # fixtures, imported for this module's tests
+__all__ = ["_reset_observations", "refuse", "scheduler"]  # fixtures, imported for these tests
 
 REFUSED = "awa_django.exceptions.OutcomeRefused"
 NOT_STORED = "awa_django.exceptions.OutcomeNotStored"
-
-
-@pytest.fixture
-def refuse() -> Iterator[Any]:
-    """`refuse(job_id, state, errcode, times=1)`: the next `times` updates that move the
-    running job `job_id` to `state` raise SQLSTATE `errcode`. Dropped after the test (a
-    trigger outlives the test's TRUNCATE), and checked gone."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            CREATE TABLE test_refusals (job_id bigint, state text, errcode text, times int);
-            CREATE SEQUENCE test_refusals_seen;
-            CREATE FUNCTION test_refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
-            DECLARE wanted test_refusals;
-            BEGIN
-                SELECT * INTO wanted FROM test_refusals
-                    WHERE job_id = NEW.id AND state = NEW.state::text;
-                IF FOUND AND OLD.state = 'running'
-                        AND nextval('test_refusals_seen') <= wanted.times THEN
-                    RAISE EXCEPTION 'test: the database refuses this outcome'
-                        USING ERRCODE = wanted.errcode;
-                END IF;
-                RETURN NEW;
-            END $$;
-            CREATE TRIGGER test_refuse_outcome BEFORE UPDATE ON awa_jobs_hot
-                FOR EACH ROW EXECUTE FUNCTION test_refuse_outcome();
-            """
-        )
-
-    def arm(job_id: int, state: str, errcode: str, times: int = 1) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO test_refusals VALUES (%s, %s, %s, %s)", [job_id, state, errcode, times]
-            )
-
-    try:
-        yield arm
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TRIGGER IF EXISTS test_refuse_outcome ON awa_jobs_hot")
-            cursor.execute("DROP FUNCTION IF EXISTS test_refuse_outcome()")
-            cursor.execute("DROP TABLE IF EXISTS test_refusals")
-            cursor.execute("DROP SEQUENCE IF EXISTS test_refusals_seen")
-            cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname = 'test_refuse_outcome'")
-            assert cursor.fetchone()[0] == 0
 
 
 def run_attempt(scheduler: str, job_id: int) -> tuple[Job, list[Event]]:

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from awa_django.admin import charts
 from awa_django.client import Breach, QueueStats, Thresholds, breaches
 from awa_django.exceptions import InvalidThreshold, MetricsUnavailable
-from awa_django.worker import metrics as metrics_module
 from awa_django.worker import health
+from awa_django.worker import metrics as metrics_module
 from awa_django.worker.health import HealthServer
 from awa_django.worker.metrics import WorkerMetrics, _otel_name
 

@@ -3,9 +3,8 @@ the error text of an exception, and the event a committed transition announces."
 
 from __future__ import annotations
 
-import traceback
-
 import datetime as dt
+import traceback
 import uuid
 from dataclasses import replace
 from typing import Any
