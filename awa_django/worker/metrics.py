@@ -45,6 +45,7 @@ def _handled(kind: str) -> bool:
         return True
     return registry.resolves_on_demand and registry.job(kind) is not None
 
+
 _OUTCOMES: dict[type[Event], str] = {
     Completed: "completed",
     Retried: "retried",
