@@ -68,6 +68,8 @@ class EndpointServer:
         if self._thread.is_alive() and self._stopped is not None:
             self.loop.call_soon_threadsafe(self._stopped.set)
             self._thread.join(STOP_TIMEOUT_SECONDS)
+        elif self._thread.ident is None:  # never started: its loop never ran
+            self.loop.close()
         self._socket.close()
 
     @property
@@ -102,14 +104,14 @@ class EndpointServer:
         finally:
             self._reading.pop(writer, None)
         if path is None:
-            writer.transport.abort()
+            writer.close()  # after an error answer, if one was written
             return
         self._answering += 1
         try:
             await self._answer(path, writer)
         finally:
             self._answering -= 1
-            writer.transport.abort()  # the answer is sent (or lost): nothing to linger for
+            writer.close()  # after what is buffered is sent
 
     def _admit(self, writer: asyncio.StreamWriter) -> bool:
         """Room for one more connection, made by closing the oldest one still sending its
