@@ -33,7 +33,9 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # One bound for every stored error text (handler exceptions, Cancel reasons, fail_external,
 # rescue messages, admin forms): an entry is written on the hot row once per attempt.
 MAX_ERROR_BYTES = 8192
-_TRUNCATED = "\n... (truncated, full text in logs)"
+TRUNCATED = "\n... (truncated, full text in logs)"
+# The cut mark of a text whose whole is not logged anywhere: it promises nothing.
+CUT = "\n... (truncated)"
 
 _SIMPLE_TYPES: dict[Any, tuple[type, ...]] = {
     int: (int,),
@@ -274,15 +276,15 @@ def unstorable_character(text: str) -> str | None:
     return None
 
 
-def storable_text(text: str, limit: int = MAX_ERROR_BYTES) -> str:
+def storable_text(text: str, limit: int = MAX_ERROR_BYTES, marker: str = TRUNCATED) -> str:
     """`text` as PostgreSQL can store it: NUL shown as `\\x00` (text cannot hold it), lone
     surrogates escaped (UTF-8 cannot encode them), and at most `limit` UTF-8 bytes, the
-    cut marked. For texts we record (errors, reasons), never for values a caller chose."""
+    cut marked with `marker`. For texts we record (errors, reasons), never for values a
+    caller chose."""
     if "\x00" in text:
         text = text.replace("\x00", "\\x00")
     encoded = text.encode("utf-8", "backslashreplace")
     if len(encoded) <= limit:
         return encoded.decode("utf-8")
-    marker = _TRUNCATED.encode()
-    head = encoded[: limit - len(marker)].decode("utf-8", "ignore")  # no half characters
-    return head + _TRUNCATED
+    head = encoded[: limit - len(marker.encode())].decode("utf-8", "ignore")  # no half chars
+    return head + marker

@@ -69,6 +69,10 @@ class QueueConfig:
     priority_aging: float | None = None
 
 
+# How many job kinds a worker's metrics name in their `kind` label (docs/operations.md).
+DEFAULT_METRICS_MAX_KINDS = 100
+
+
 @dataclass(frozen=True, slots=True)
 class AwaSettings:
     queues: dict[str, QueueConfig] = field(
@@ -126,6 +130,9 @@ class AwaSettings:
     # The leader's per-minute queue rollups (the dashboard's charts) are kept this long.
     # Decision 021.
     rollup_retention: float = 24 * 3600.0
+    # A worker's metrics name at most this many kinds in their `kind` label, and only kinds
+    # it has a handler for; every other kind counts as kind="other" (bounded cardinality).
+    metrics_max_kinds: int = DEFAULT_METRICS_MAX_KINDS
     # Where the worker LISTENs: None = its DATABASE connection (unless that alias is behind a
     # transaction pooler), an alias or a libpq DSN reaching PostgreSQL directly, or False =
     # never (poll only). READ_DATABASE: the alias the admin and awa_status read from (a

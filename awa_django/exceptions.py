@@ -81,6 +81,12 @@ class OutcomeNotStored(AwaError):
     """The database refused to store this attempt's outcome (a value it cannot hold)."""
 
 
+class OutcomeRefused(AwaError):
+    """The database refused this attempt's outcome for a reason of its own (a trigger, a
+    constraint, a conflict, a timeout, a lost connection), not for a value it cannot hold:
+    the attempt is retried (decision 036)."""
+
+
 class FollowUpFailed(AwaError):
     """A follow-up builder (`on_completed_enqueue` & co.) raised or returned something that
     cannot be enqueued; the outcome it belonged to was rolled back with it

@@ -24,19 +24,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from django.db import DataError, IntegrityError, connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from awa_django.events import Event
 from awa_django.exceptions import (
     FollowUpFailed,
     OutcomeNotStored,
+    OutcomeRefused,
     PayloadTooLarge,
     SerializationError,
     StaleAttempt,
 )
 from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
-from awa_django.execution.outcomes import Transition, plan_failure, unstorable
+from awa_django.execution.outcomes import Transition, plan_refused, unstorable
+from awa_django.storage.refusals import refusal
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -61,8 +63,8 @@ def execute_step(using: str, step: attempt.Step, *, savepoint: bool = True) -> A
             if isinstance(query, attempt.Outcome):
                 return _write_outcome(using, query)
             return query.run(using)
-    except (DataError, IntegrityError) as exc:
-        raise OutcomeNotStored(str(exc).strip()) from exc
+    except (DatabaseError, UnicodeError) as exc:
+        raise refusal(exc) from exc
 
 
 def _write_outcome(using: str, step: attempt.Outcome) -> Any:
@@ -129,7 +131,10 @@ def _after_rollback(job: JobContext[Any], exc: BaseException) -> Committed | Tra
         )
         return Committed([])
     if isinstance(exc, FollowUpFailed):
-        return plan_failure(job.row, exc)  # like a handler error (decision 015)
+        return attempt.failure(job, exc)  # like a handler error (decision 015)
+    if isinstance(exc, OutcomeRefused):  # not the values' fault: retried (decision 036)
+        logger.warning("job %s: the database refused its atomic outcome: %s", job.id, exc)
+        return plan_refused(job.row, exc)
     if isinstance(exc, OutcomeNotStored | SerializationError | PayloadTooLarge):
         # Refused values (a result the codec or the database cannot hold) would be
         # refused again on every retry. Anything else (an outage: DatabaseUnavailable, a
@@ -137,4 +142,4 @@ def _after_rollback(job: JobContext[Any], exc: BaseException) -> Committed | Tra
         logger.warning("job %s: its outcome could not be stored: %s", job.id, exc)
         return unstorable(exc)
     logger.warning("job %s: its atomic outcome failed to commit: %r", job.id, exc)
-    return plan_failure(job.row, exc)
+    return attempt.failure(job, exc)

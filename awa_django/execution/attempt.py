@@ -27,7 +27,9 @@ from awa_django.events import Completed, Event, Exhausted, Retried, Started
 from awa_django.exceptions import (
     AwaError,
     FollowUpFailed,
+    InvalidJobArgs,
     OutcomeNotStored,
+    OutcomeRefused,
     StaleAttempt,
     UnknownJobKind,
 )
@@ -38,6 +40,7 @@ from awa_django.execution.outcomes import (
     event_for,
     plan,
     plan_failure,
+    plan_refused,
     plan_unknown_kind,
     routed,
     unstorable,
@@ -45,6 +48,7 @@ from awa_django.execution.outcomes import (
 from awa_django.registry import JobDefinition, registry
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState
 from awa_django.storage.query import Query
 from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import jobs as jobs_sql
@@ -87,7 +91,7 @@ class Outcome:
 Step = Query[Any] | Completion | Outcome
 Steps = Generator[Step, Any, T]
 # What a step may raise that the steps themselves decide about (thrown back into them).
-REFUSALS = (OutcomeNotStored, FollowUpFailed)
+REFUSALS = (OutcomeNotStored, OutcomeRefused, FollowUpFailed)
 
 
 # -- claim and start ----------------------------------------------------------------------
@@ -148,8 +152,28 @@ def outcome_of_error(
     if isinstance(error, UnknownJobKind):
         logger.warning("job %s: no handler for kind %r in this worker", job.id, job.kind)
         return plan_unknown_kind(job.row, error, unknown_kind_grace)
-    logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, error)
-    return plan_failure(job.row, error)
+    return failure(job, error)
+
+
+def failure(job: JobContext[Any], error: BaseException) -> Transition:
+    """The failure of this attempt by `error`, logged: a retry in one INFO line, a failure
+    for good at ERROR with the whole traceback (its stored error keeps only the last
+    lines, and says where the rest is)."""
+    transition = plan_failure(job.row, error, logged=True)
+    if transition.state != JobState.FAILED:
+        logger.info("job %s (%s) attempt %s raised %r", job.id, job.kind, job.attempt, error)
+        return transition
+    trace = None if isinstance(error, InvalidJobArgs) else error  # our own message says all
+    logger.error(
+        "job %s (%s) failed for good on attempt %s of %s: %s",
+        job.id,
+        job.kind,
+        job.attempt,
+        job.row.max_attempts,
+        error.__class__.__name__,
+        exc_info=trace,
+    )
+    return transition
 
 
 def finish(
@@ -204,8 +228,11 @@ def _refused(job: JobContext[Any], exc: BaseException) -> Transition:
     """What follows an outcome the database or a follow-up builder refused."""
     if isinstance(exc, FollowUpFailed):
         # Like a handler error: retried with backoff, exhausted on the last attempt.
-        return plan_failure(job.row, exc)
-    logger.warning("job %s: the database refused its outcome: %s", job.id, exc)
+        return failure(job, exc)
+    if isinstance(exc, OutcomeRefused):  # not its values: the attempt is retried (036)
+        logger.warning("job %s: the database refused its outcome, retried: %s", job.id, exc)
+        return plan_refused(job.row, exc)
+    logger.warning("job %s: the database cannot store its outcome: %s", job.id, exc)
     return unstorable(exc)
 
 
@@ -220,8 +247,8 @@ def _transition(
     except REFUSALS as exc:
         if atomic:
             raise
-        if transition.error_type == _NOT_STORED:
-            raise  # even the bare failure was refused: rescue ends the attempt
+        if transition.error_type in _REFUSED_TYPES:
+            raise  # even the failure of a refused outcome was refused: rescue ends it
         if isinstance(exc, FollowUpFailed) and transition.event in (Retried, Exhausted):
             # A failure cannot fail again: it is written without its follow-ups, so the
             # job still leaves `running` (the builder's error is logged; decision 015).
@@ -241,6 +268,7 @@ def _transition(
 
 
 _NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
+_REFUSED_TYPES = {_NOT_STORED, f"{OutcomeRefused.__module__}.{OutcomeRefused.__qualname__}"}
 
 
 def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from awa_django.codec import storable_text
+from awa_django.codec import CUT, MAX_ERROR_BYTES, TRUNCATED, storable_text
 from awa_django.events import Cancelled, Event, Exhausted, Retried, WaitingForCallback
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
@@ -123,19 +123,23 @@ def _callback_id(token: object) -> uuid.UUID:
     )
 
 
-def plan_failure(row: JobSnapshot, error: BaseException) -> Transition:
-    """The transition for a handler that raised `error` (or whose job cannot run)."""
-    message, kind = describe(error), exception_path(error)
+def plan_failure(row: JobSnapshot, error: BaseException, *, logged: bool = False) -> Transition:
+    """The transition for a handler that raised `error` (or whose job cannot run).
+    `logged`: the caller logs the whole trace of a failure for good (attempt.failure), so
+    its stored error may point there when cut."""
+    kind = exception_path(error)
     # SystemExit / KeyboardInterrupt from a handler would end the worker; retrying them
     # would end the next worker too, so they fail the job at once.
-    if isinstance(
+    terminal = isinstance(
         error, TerminalError | UnknownJobKind | InvalidJobArgs | SystemExit | KeyboardInterrupt
-    ):
-        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind, terminal=True)
-    if row.attempt >= row.max_attempts:
-        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind)
+    )
+    if terminal or row.attempt >= row.max_attempts:
+        message = describe(error, logged=logged)
+        return Transition(
+            JobState.FAILED, Exhausted, error=message, error_type=kind, terminal=terminal
+        )
     return Transition(
-        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message, error_type=kind
+        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=describe(error), error_type=kind
     )
 
 
@@ -209,14 +213,29 @@ def handed_back_since(row: JobSnapshot) -> dt.datetime | None:
 
 
 def unstorable(error: BaseException) -> Transition:
-    """The job fails for good when the database refuses its outcome: the same values
-    would be refused on every retry. Progress is not written (it may be the culprit)."""
+    """The job fails for good when the database cannot store a value of its outcome (or
+    the codec refused it): the same values would be refused on every retry. Progress is
+    not written (it may be the culprit)."""
     return Transition(
         JobState.FAILED,
         Exhausted,
         error=storable_text(f"the outcome of this attempt could not be stored: {error}"),
         error_type=exception_path(error),
         terminal=True,
+    )
+
+
+def plan_refused(row: JobSnapshot, error: BaseException) -> Transition:
+    """The attempt whose outcome the database refused for a reason of its own (a trigger,
+    a constraint, a conflict, a timeout; not its values) ends like one that raised: retried
+    with backoff, exhausted on the last attempt (decision 036). The refused outcome itself
+    committed nothing, so no event of it is announced."""
+    message = storable_text(f"the database refused the outcome of this attempt: {error}")
+    kind = exception_path(error)
+    if row.attempt >= row.max_attempts:
+        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind)
+    return Transition(
+        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message, error_type=kind
     )
 
 
@@ -227,33 +246,50 @@ def exception_path(error: BaseException) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def describe(error: BaseException) -> str:
-    """`module.Type: message` plus the last lines of the traceback, storable and bounded
-    (codec.storable_text)."""
+def describe(error: BaseException, *, logged: bool = False) -> str:
+    """`module.Type: message`, then the traceback as Python prints it (its last lines when
+    long), ending like `traceback.format_exception` with the exception line and its
+    newline; storable and bounded (codec.storable_text). `logged`: the whole trace is in
+    the worker's log, so a cut says so; otherwise it promises nothing."""
     kind = type(error)
     name = kind.__qualname__ if kind.__module__ == "builtins" else exception_path(error)
     try:
         message = str(error)
-        lines = "".join(traceback.format_exception(error)).rstrip().splitlines()
+        lines = "".join(traceback.format_exception(error)).splitlines(keepends=True)
     except Exception:  # an exception whose __str__ fails must still fail its job cleanly
         message, lines = "<exception text unavailable>", []
     if isinstance(error, UnknownJobKind | InvalidJobArgs):
         return storable_text(message)  # our own message says everything; no traceback
-    lines = _trimmed(lines)
-    return storable_text(f"{name}: {message}" + "\n" + "\n".join(lines))
+    lines = _trimmed(lines, ", full trace in logs" if logged else "")
+    return _bounded(f"{name}: {message}\n", "".join(lines), CUT if not logged else TRUNCATED)
 
 
-def _trimmed(lines: list[str]) -> list[str]:
-    """The traceback's last TRACEBACK_LINES lines, without the `~~~^^^` marker lines of
-    Python 3.11+ (they point into a source line and are noise once stored), cut at a frame
-    boundary so the kept part starts with a `File` line, never with a stray source line."""
+def _bounded(head: str, trace: str, marker: str) -> str:
+    """`head` + `trace` within MAX_ERROR_BYTES. A long message is cut in the head, so the
+    trace's last line (the one a reader and Django's TaskError look at) stays whole; only a
+    trace that cannot fit on its own is cut at its end."""
+    whole = storable_text(head + trace, marker=marker)
+    if not whole.endswith(marker):
+        return whole
+    trace = storable_text(trace)
+    room = MAX_ERROR_BYTES - len(trace.encode())
+    if room < MAX_ERROR_BYTES // 4:  # the trace alone is most of the limit: cut its end
+        return whole
+    return storable_text(head.rstrip("\n"), room - 1, marker) + "\n" + trace
+
+
+def _trimmed(lines: list[str], where: str) -> list[str]:
+    """The traceback's last TRACEBACK_LINES lines (each with its newline), without the
+    `~~~^^^` marker lines of Python 3.11+ (they point into a source line and are noise once
+    stored), cut at a frame boundary so the kept part starts with a `File` line, never
+    with a stray source line. `where` completes the mark that stands for the cut lines."""
     lines = [line for line in lines if not _is_marker(line)]
-    if len(lines) <= TRACEBACK_LINES:
+    if len(lines) <= TRACEBACK_LINES + 1:  # a mark in place of one line would save nothing
         return lines
     start = len(lines) - TRACEBACK_LINES
     while start < len(lines) - 1 and not lines[start].lstrip().startswith("File "):
         start += 1
-    return [f"... ({start} lines truncated, full trace in logs)", *lines[start:]]
+    return [f"... ({start} lines truncated{where})\n", *lines[start:]]
 
 
 def _is_marker(line: str) -> bool:

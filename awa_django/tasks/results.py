@@ -162,13 +162,27 @@ _UNKNOWN_KIND_PATH = f"{UnknownJobKind.__module__}.{UnknownJobKind.__qualname__}
 
 
 def task_error(entry: dict[str, Any]) -> TaskError:
-    """One `errors` entry as Django's TaskError; the whole text is kept as the traceback."""
+    """One `errors` entry as Django's TaskError."""
     text = str(entry.get("error", ""))
     # Entries written since 0.2 name the exception class in their own `type` key; older
     # ones (and runtime messages such as "hard deadline exceeded") are parsed from the text.
     kind = entry.get("type")
     path = kind if isinstance(kind, str) and kind else exception_path(text)
-    return TaskError(exception_class_path=path, traceback=text)
+    return TaskError(exception_class_path=path, traceback=django_traceback(text))
+
+
+def django_traceback(text: str) -> str:
+    """An error entry as Django's own backends store a traceback: what
+    `traceback.format_exception` printed, without awa's `Type: message` head line (the
+    trace ends with that line anyway). Entries with no trace are kept whole."""
+    _, newline, trace = text.partition("\n")
+    if newline and trace.startswith(_TRACE_STARTS):
+        return trace
+    return text
+
+
+# How the trace below the head line begins: Python's header, or our mark of its cut top.
+_TRACE_STARTS = ("Traceback (most recent call last):", "... (")
 
 
 def exception_path(text: str) -> str:

@@ -4,8 +4,9 @@ Completions queue up while a flush is in flight, so the batch grows with the loa
 a timer. RETURNING tells each attempt whether its completion applied or was stale: with the
 whole committed row when a hook will read it, otherwise with the finalization time only
 (the row is then the claimed one with the completion's changes, for the counters). A batch
-the database refuses is retried row by row, so one value it cannot store fails only its
-own attempt (`OutcomeNotStored`), never its neighbours (DESIGN §5, per-job isolation).
+the database refuses is retried row by row, so one refused row answers only its own
+attempt (`OutcomeNotStored` or `OutcomeRefused`, storage/refusals.py), never its
+neighbours (DESIGN §5, per-job isolation).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import TypeVar
 import psycopg
 
 from awa_django.events import Completed
-from awa_django.exceptions import OutcomeNotStored
 from awa_django.registry import registry
 from awa_django.snapshot import COLUMNS, JobSnapshot, assemble
 from awa_django.states import JobState
 from awa_django.storage.query import Query
+from awa_django.storage.refusals import refusal
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import Database, retry_transient
 from awa_django.worker.metrics import WorkerMetrics
@@ -81,9 +82,9 @@ class Completer:
     async def _complete(self, batch: list[Pending]) -> int:
         try:
             applied = await self._flush(batch)
-        except psycopg.Error as exc:  # not an outage: retry_transient waits those out
-            if len(batch) == 1:
-                _settle(batch, error=OutcomeNotStored(str(exc).strip()))
+        except (psycopg.Error, UnicodeError) as exc:  # not an outage: retry_transient waits
+            if len(batch) == 1:  # those out
+                _settle(batch, error=refusal(exc))
                 return 0
             logger.warning("a completion batch was refused (%s); retrying row by row", exc)
             return sum([await self._complete([item]) for item in batch])

@@ -22,13 +22,14 @@ from django.db import close_old_connections
 
 from awa_django import tracing
 from awa_django.events import Event
-from awa_django.exceptions import OutcomeNotStored, StaleAttempt
+from awa_django.exceptions import StaleAttempt
 from awa_django.execution import atomic, attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
 from awa_django.registry import registry
 from awa_django.results import CallbackToken
 from awa_django.snapshot import JobSnapshot
+from awa_django.storage.refusals import refusal
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.completer import Completer
@@ -165,8 +166,8 @@ class Executor:
         # is then treated as stale, and rescue runs the attempt again).
         try:
             return await retry_transient(write, f"running {statement} for an attempt", self.forced)
-        except (psycopg.DataError, psycopg.IntegrityError) as exc:
-            raise OutcomeNotStored(str(exc).strip()) from exc
+        except (psycopg.Error, UnicodeError) as exc:  # not an outage: waited out above
+            raise refusal(exc) from exc
 
     def emit(self, event: Event) -> None:
         """Count a committed event and hand it to the hook queue: hooks never hold a slot,

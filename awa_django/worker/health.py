@@ -2,23 +2,26 @@
 process is alive) and `GET /readyz` (database reachable, dispatcher and heartbeat loops
 alive, not draining; else 503 with a JSON reason). Awa §8.21; docs/operations.md.
 
-It runs in a thread of its own (the standard library's threading HTTP server), off the
-event loop: a scrape or a probe never delays a claim, and a blocked loop still answers.
-The database check uses its own connection with a short timeout, so a probe costs one
-`SELECT 1` and never waits on the worker's pool.
+It runs on a thread of its own (worker/http_endpoint.py: read timeouts, a connection cap),
+off the worker's event loop: a scrape or a probe never delays a claim, and a blocked loop
+still answers. The database check uses its own connection with a short timeout, so a
+probe costs one `SELECT 1` and never waits on the worker's pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
 
 import psycopg
 
+from awa_django.worker.http_endpoint import EndpointServer
 from awa_django.worker.metrics import WorkerMetrics
 
 logger = logging.getLogger("awa_django.worker")
@@ -57,7 +60,14 @@ class DatabaseProbe:
 
 
 class HealthServer:
-    """Serves the three paths on `host:port` (port 0: any free port, see `.port`)."""
+    """Serves the three paths on `host:port` (port 0: any free port, see `.port`) through
+    the bounded `EndpointServer`.
+
+    `/healthz` is answered on the endpoint's loop at once. `/metrics` and `/readyz` are
+    computed on threads of their own (a render takes milliseconds per thousand series; a
+    probe can take PROBE_TIMEOUT_SECONDS), each shared by every request that arrives while
+    it runs and reused for a short while after: two hundred concurrent scrapes cost one
+    render, and neither path ever queues behind the other."""
 
     def __init__(
         self,
@@ -68,52 +78,84 @@ class HealthServer:
     ) -> None:
         self.metrics = metrics
         self.readiness = readiness
-        self._server = ThreadingHTTPServer((host, port), _handler(self))
-        self._server.daemon_threads = True
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="awa-health", daemon=True
-        )
+        self._rendered = Shared(self._render, METRICS_MAX_AGE_SECONDS, "awa-metrics")
+        self._ready = Shared(readiness, READINESS_MAX_AGE_SECONDS, "awa-readyz")
+        self._server = EndpointServer(host, port, self.respond)
+        self.port: int = self._server.port
 
     def start(self) -> None:
-        self._thread.start()
-        logger.info("metrics and health on http://%s:%d/", *self._server.server_address[:2])
+        self._server.start()
+        host, port = self._server.address
+        where = (
+            " (all interfaces; --metrics-host 127.0.0.1 keeps it local)"
+            if _everywhere(host)
+            else ""
+        )
+        logger.info("metrics and health on http://%s:%d/%s", host, port, where)
 
     def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for a serve_forever() to end
-            self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
+        self._rendered.close()
+        self._ready.close()
 
-    def respond(self, path: str) -> tuple[int, str, bytes]:
+    async def respond(self, path: str) -> tuple[int, str, bytes]:
         """(status, content type, body) for a GET of `path`."""
         route = path.split("?", 1)[0]
         if route == "/metrics" and self.metrics.registry is not None:
-            return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics.render()
+            return 200, "text/plain; version=0.0.4; charset=utf-8", await self._rendered.get()
         if route == "/healthz":
             return _json(200, {"status": "ok"})
         if route == "/readyz":
-            reason = self.readiness()
+            reason = await self._ready.get()
             if reason is None:
                 return _json(200, {"status": "ready"})
             return _json(503, {"status": "unavailable", "reason": reason})
         return _json(404, {"error": f"no such path: {route[:100]}"})
 
+    def _render(self) -> bytes:
+        return self.metrics.render()
+
+
+# A scrape sees figures at most this old; scrapers poll every 15 s or more.
+METRICS_MAX_AGE_SECONDS = 1.0
+# A probe answer is reused this long: probes of a fleet's orchestrators arrive together.
+READINESS_MAX_AGE_SECONDS = 1.0
+
+T = TypeVar("T")
+
+
+class Shared(Generic[T]):
+    """A value computed on a thread of its own, by one call at a time: callers that ask
+    while it is computed wait for that computation, and a value younger than `max_age` is
+    handed out as it is. Used from the endpoint's loop only, so it needs no lock."""
+
+    def __init__(self, compute: Callable[[], T], max_age: float, name: str) -> None:
+        self.compute = compute
+        self.max_age = max_age
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._value: tuple[float, T] | None = None
+        self._running: asyncio.Future[T] | None = None
+
+    async def get(self) -> T:
+        if self._value is not None and time.monotonic() - self._value[0] < self.max_age:
+            return self._value[1]
+        if self._running is None:
+            self._running = asyncio.get_running_loop().run_in_executor(self._pool, self.compute)
+            self._running.add_done_callback(self._keep)
+        return await asyncio.shield(self._running)
+
+    def _keep(self, done: asyncio.Future[T]) -> None:
+        self._running = None
+        if not done.cancelled() and done.exception() is None:
+            self._value = (time.monotonic(), done.result())
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _everywhere(host: str) -> bool:
+    return host in ("0.0.0.0", "::", "")
+
 
 def _json(status: int, document: dict[str, str]) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(document).encode()
-
-
-def _handler(server: HealthServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, content_type, body = server.respond(self.path)
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # probes every few seconds would flood the worker's log
-
-    return Handler

@@ -20,13 +20,31 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from awa_django import tracing
+from awa_django.conf import DEFAULT_METRICS_MAX_KINDS
 from awa_django.events import Cancelled, Completed, Event, Exhausted, Rescued, Retried
 from awa_django.exceptions import MetricsUnavailable
+from awa_django.registry import registry
 
 # Seconds; one set for job durations and waits, one for the short internal steps.
 JOB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
 SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 512)
+
+# The label value every kind past AWA["METRICS_MAX_KINDS"], or without a handler in this
+# worker, is counted under.
+OTHER_KIND = "other"
+MAX_KINDS = DEFAULT_METRICS_MAX_KINDS
+# How many kinds' decisions are remembered; kinds past it are OTHER_KIND without a lookup.
+KIND_MEMORY = 10_000
+
+
+def _handled(kind: str) -> bool:
+    """Whether this worker has a handler for `kind` (a django.tasks path is resolved: the
+    attempt that is being counted has imported it already)."""
+    if registry.declared(kind) is not None:
+        return True
+    return registry.resolves_on_demand and registry.job(kind) is not None
+
 
 _OUTCOMES: dict[type[Event], str] = {
     Completed: "completed",
@@ -44,8 +62,16 @@ class WorkerMetrics:
     """Every instrument of one worker process. Construct with `prometheus=True` to export
     Prometheus text (`render()`), `otel=True` to record through OpenTelemetry too."""
 
-    def __init__(self, *, prometheus: bool = False, otel: bool = False) -> None:
+    def __init__(
+        self, *, prometheus: bool = False, otel: bool = False, max_kinds: int = MAX_KINDS
+    ) -> None:
         self.enabled = prometheus or otel
+        # Kinds become label values only while they are few and this worker has them:
+        # any other kind counts under `kind="other"` (AWA["METRICS_MAX_KINDS"]), so a
+        # producer's typos or a flood of unknown kinds cannot blow up every scrape.
+        self.max_kinds = max_kinds
+        self._kind_labels: dict[str, str] = {}
+        self._kinds_named = 0
         self.registry: Any = None
         self._otel: dict[str, Any] = {}
         self._otel_attributes: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
@@ -59,6 +85,7 @@ class WorkerMetrics:
         self.hook_backlog: Callable[[], int] = lambda: 0
         self.is_leader: Callable[[], bool] = lambda: False
         self.queue_figures: dict[str, tuple[int, float]] = {}
+        self.dead_letter_figures: dict[str, int] = {}
         if prometheus:
             self._build_prometheus()
         if otel:
@@ -69,12 +96,16 @@ class WorkerMetrics:
         return cls()
 
     @classmethod
-    def for_worker(cls, metrics_port: int | None) -> WorkerMetrics:
+    def for_worker(cls, metrics_port: int | None, max_kinds: int = MAX_KINDS) -> WorkerMetrics:
         """Prometheus when a port is given (MetricsUnavailable without prometheus-client),
         OpenTelemetry when its SDK is configured; else the null object."""
         if metrics_port is not None and not prometheus_available():
             raise MetricsUnavailable()
-        return cls(prometheus=metrics_port is not None, otel=tracing.meter_configured())
+        return cls(
+            prometheus=metrics_port is not None,
+            otel=tracing.meter_configured(),
+            max_kinds=max_kinds,
+        )
 
     # -- recording (the hot path: a dict lookup and an increment) ------------------------
     def event(self, event: Event) -> None:
@@ -89,12 +120,13 @@ class WorkerMetrics:
             self._count("awa_maintenance_rescues", (event.reason,))
         outcome = _OUTCOMES.get(type(event))
         if outcome is not None:
-            self._count(f"awa_job_{outcome}", (event.job.kind, event.job.queue))
+            self._count(f"awa_job_{outcome}", (self.kind_label(event.job.kind), event.job.queue))
 
     def attempt(self, kind: str, queue: str, seconds: float, wait_seconds: float | None) -> None:
         """One attempt ran for `seconds`; it waited `wait_seconds` from created to claimed."""
         if not self.enabled:
             return
+        kind = self.kind_label(kind)
         self._observe("awa_job_duration_seconds", (kind, queue), seconds)
         if wait_seconds is not None:
             self._observe("awa_job_wait_duration_seconds", (kind, queue), max(wait_seconds, 0))
@@ -116,11 +148,28 @@ class WorkerMetrics:
     def hook_ran(self, kind: str, seconds: float) -> None:
         if not self.enabled:
             return
-        self._observe("awa_hook_duration_seconds", (kind,), seconds)
+        self._observe("awa_hook_duration_seconds", (self.kind_label(kind),), seconds)
+
+    def kind_label(self, kind: str) -> str:
+        """`kind` as a label value: itself for the first `max_kinds` kinds this worker has
+        a handler for, OTHER_KIND for the rest. Decided once per kind (a dict lookup after);
+        the memory of decisions is bounded too."""
+        label = self._kind_labels.get(kind)
+        if label is None:
+            label = OTHER_KIND
+            if self._kinds_named < self.max_kinds and _handled(kind):
+                label, self._kinds_named = kind, self._kinds_named + 1
+            if len(self._kind_labels) < KIND_MEMORY:
+                self._kind_labels[kind] = label
+        return label
 
     def set_queue_figures(self, figures: dict[str, tuple[int, float]]) -> None:
         """The leader's latest {queue: (depth, lag seconds)} (worker/maintenance/depth.py)."""
         self.queue_figures = figures
+
+    def set_dead_letter_figures(self, figures: dict[str, int]) -> None:
+        """The leader's latest {queue: dead letters} (worker/maintenance/depth.py)."""
+        self.dead_letter_figures = figures
 
     # -- sinks -----------------------------------------------------------------------------
     def _count(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
@@ -245,8 +294,8 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str, tuple[float, ...]]] = {
     ),
 }
 # Gauges read at scrape time by _LiveCollector: awa_job_in_flight{queue},
-# awa_hook_backlog, awa_worker_leader, and on the leader awa_queue_depth{queue} and
-# awa_queue_lag_seconds{queue}.
+# awa_hook_backlog, awa_worker_leader, and on the leader awa_queue_depth{queue},
+# awa_queue_lag_seconds{queue} and awa_dead_letter_depth{queue}.
 
 
 class _RecordedCollector:
@@ -312,6 +361,7 @@ class _LiveCollector:
         )
         if leading:
             yield from _queue_gauges(m.queue_figures)
+            yield _dead_letter_gauge(m.dead_letter_figures)
 
 
 def _queue_gauges(figures: dict[str, tuple[int, float]]) -> Iterator[Any]:
@@ -330,6 +380,19 @@ def _queue_gauges(figures: dict[str, tuple[int, float]]) -> Iterator[Any]:
         lag.add_metric([queue], seconds)
     yield depth
     yield lag
+
+
+def _dead_letter_gauge(figures: dict[str, int]) -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    gauge = GaugeMetricFamily(
+        "awa_dead_letter_depth",
+        "Jobs in the dead letters per queue (published by the leader).",
+        labels=["queue"],
+    )
+    for queue, entries in sorted(figures.items()):
+        gauge.add_metric([queue], entries)
+    return gauge
 
 
 _LABEL_KEYS = {"kind": "awa.job.kind", "queue": "awa.job.queue", "reason": "awa.rescue.kind"}

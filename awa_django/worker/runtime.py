@@ -76,7 +76,7 @@ class Runtime:
         self.worker_id = worker_id or new_worker_id()
         # Metrics and health (decision 021): built first, so a missing prometheus-client
         # fails before anything starts.
-        self.metrics = WorkerMetrics.for_worker(metrics_port)
+        self.metrics = WorkerMetrics.for_worker(metrics_port, settings.metrics_max_kinds)
         self.metrics_address = (metrics_host, metrics_port)
         self.health: HealthServer | None = None
         self.forced = False

@@ -334,7 +334,7 @@ def test_retry_with_permission_retries_and_reports_skipped(client, operator):
     response = run_action(client, "retry_jobs", failed + others)
 
     assert messages_of(response) == [
-        "2 jobs retried; 3 skipped: not failed, cancelled or waiting_external"
+        "2 jobs retried; 3 skipped: not failed, cancelled, retryable or waiting_external"
     ]
     assert states(*failed) == ["available", "available"]
     assert states(*others) == ["available", "running", "completed"]

@@ -316,7 +316,7 @@ def traceback_entry(job: Job, kind: str, message: str, raised_by: str) -> dict[s
     assert entry["type"] == kind
     head, _, trace = entry["error"].partition("\n")
     assert head == f"{kind}: {message}"
-    assert trace.endswith(f"    {raised_by}\n{kind}: {message}")
+    assert trace.endswith(f"    {raised_by}\n{kind}: {message}\n")  # format_exception's end
     return entry
 
 

@@ -3,6 +3,7 @@ where Django's backends define the behaviour, ours must be observably the same."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -219,3 +220,28 @@ def test_enqueue_signal_matches_dummy(settings: Any, signal_names: list[tuple[st
         sequences[name] = list(signal_names)
 
     assert sequences["awa"] == sequences["dummy"] == [("enqueued", "READY")]
+
+
+@pytest.mark.django_db
+def test_a_failed_task_stores_its_traceback_like_immediate(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracebacks = {}
+    for name in ("immediate", "awa"):
+        use_backend(settings, name)
+        with caplog.at_level(logging.ERROR, logger="awa_django"):
+            result = run_to_completion(name, lambda: t.fail.enqueue("boom"))
+        [error] = result.errors
+        tracebacks[name] = error.traceback
+
+    for text in tracebacks.values():  # what traceback.format_exception printed, whole
+        assert text.startswith("Traceback (most recent call last):\n")
+        assert text.endswith("    raise ValueError(message)\nValueError: boom\n")
+    # The awa worker's own frames sit above the task's; from the task's frame on, the same.
+    awa, immediate = tracebacks["awa"], tracebacks["immediate"]
+    task_frame = 'tasks_for_tests.py", line '
+    assert awa[awa.index(task_frame) :] == immediate[immediate.index(task_frame) :]
+    # A failure for good is logged at ERROR with the whole trace (Django's logs say so).
+    [record] = [r for r in caplog.records if r.name.startswith("awa_django")]
+    assert record.levelno == logging.ERROR and "failed for good" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is ValueError

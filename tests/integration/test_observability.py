@@ -20,7 +20,7 @@ from awa_django.worker.database import Database
 from awa_django.worker.maintenance.depth import QueueDepth
 from awa_django.worker.maintenance.rollup import Rollup
 from awa_django.worker.metrics import WorkerMetrics
-from tests.factories import JobFactory
+from tests.factories import DeadLetterFactory, JobFactory
 
 Q = "obs"
 
@@ -124,6 +124,38 @@ def test_the_leader_services_write_rollups_and_publish_depth_and_lag() -> None:
     text = metrics.render().decode()
     assert f'awa_queue_depth{{queue="{Q}"}} 1.0' in text
     assert 'awa_queue_depth{queue="idle"} 0.0' in text
+
+
+@pytest.mark.django_db
+def test_dead_letter_depth_reads_the_queue_index_only() -> None:
+    DeadLetterFactory.create_batch(2, queue=Q)
+    DeadLetterFactory(queue="other-dead")
+    plan = explain(rollups_sql.DEAD_LETTER_DEPTH.sql, {})
+    assert "awa_dead_letters_queue_idx" in plan and "Seq Scan" not in plan, plan
+    assert rollups_sql.dead_letter_depth().run("default") == {Q: 2, "other-dead": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_leader_publishes_a_dead_letter_depth_per_queue() -> None:
+    DeadLetterFactory.create_batch(3, queue=Q)
+    DeadLetterFactory(queue="elsewhere")
+    metrics = WorkerMetrics(prometheus=True)
+
+    async def main() -> None:
+        db = Database("default", "awa-obs-test", max_size=2)
+        await db.open()
+        try:
+            await QueueDepth(db, metrics, [Q, "idle"]).run_once()
+        finally:
+            await db.close()
+
+    asyncio.run(main())
+    assert "awa_dead_letter_depth" not in metrics.render().decode()  # the leader's only
+    metrics.is_leader = lambda: True
+    text = metrics.render().decode()
+    assert f'awa_dead_letter_depth{{queue="{Q}"}} 3.0' in text
+    assert 'awa_dead_letter_depth{queue="elsewhere"} 1.0' in text
+    assert 'awa_dead_letter_depth{queue="idle"} 0.0' in text  # a queue of its own, none
 
 
 @pytest.mark.django_db

@@ -28,6 +28,7 @@ def test_defaults_match_the_design() -> None:
     assert s.standby_poll_interval == 1.0  # decision 025
     assert s.database == "default"
     assert s.max_args_bytes == 256 * 1024
+    assert s.metrics_max_kinds == 100
 
 
 def test_scalar_settings_are_read_by_upper_case_name() -> None:
@@ -55,6 +56,8 @@ def test_settings_are_re_read_on_every_call() -> None:
         ("CALLBACK_ALLOW_UNSIGNED", "yes"),
         ("CALLBACK_SECRET", 123),
         ("DATABASE", None),
+        ("METRICS_MAX_KINDS", 0),
+        ("METRICS_MAX_KINDS", "50"),
     ],
 )
 def test_scalar_settings_of_the_wrong_type_are_configuration_errors(key: str, value: Any) -> None:

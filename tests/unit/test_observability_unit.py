@@ -4,8 +4,10 @@ endpoint's routes. No database."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
+import time
 
 import pytest
 from hypothesis import given
@@ -16,6 +18,7 @@ from awa_django.admin import charts
 from awa_django.client import Breach, QueueStats, Thresholds, breaches
 from awa_django.events import Exhausted, Rescued
 from awa_django.exceptions import InvalidThreshold, MetricsUnavailable
+from awa_django.worker import health
 from awa_django.worker import metrics as metrics_module
 from awa_django.worker.health import HealthServer
 from awa_django.worker.metrics import WorkerMetrics, _otel_name
@@ -100,31 +103,70 @@ def test_prometheus_sink_counts_per_label_and_exposes_live_gauges() -> None:
     sink = WorkerMetrics(prometheus=True)
     sink.claimed("q", 3, 0.01)
     sink.claimed("q", 0, 0.01)
-    sink.attempt("k", "q", 0.3, None)
+    sink.attempt("acc_noop", "q", 0.3, None)
     sink.in_flight = lambda: {"q": 2}
     sink.set_queue_figures({"q": (7, 1.5)})
+    sink.set_dead_letter_figures({"q": 4})
     text = sink.render().decode()
     assert 'awa_job_claimed_total{queue="q"} 3.0' in text
     assert 'awa_dispatch_claim_batch_size_count{queue="q"} 2.0' in text
-    assert 'awa_job_duration_seconds_count{kind="k",queue="q"} 1.0' in text
-    assert 'awa_job_wait_duration_seconds_count{kind="k",queue="q"}' not in text
+    assert 'awa_job_duration_seconds_count{kind="acc_noop",queue="q"} 1.0' in text
+    assert 'awa_job_wait_duration_seconds_count{kind="acc_noop",queue="q"}' not in text
     assert 'awa_job_in_flight{queue="q"} 2.0' in text
     assert "awa_queue_depth" not in text  # only the leader publishes depth and lag
+    assert "awa_dead_letter_depth" not in text
     sink.is_leader = lambda: True
-    assert 'awa_queue_lag_seconds{queue="q"} 1.5' in sink.render().decode()
+    text = sink.render().decode()
+    assert 'awa_queue_lag_seconds{queue="q"} 1.5' in text
+    assert 'awa_dead_letter_depth{queue="q"} 4.0' in text
+
+
+def kind_values(sink: WorkerMetrics) -> set[str]:
+    families = text_string_to_metric_families(sink.render().decode())
+    return {s.labels["kind"] for f in families for s in f.samples if "kind" in s.labels}
+
+
+def test_kinds_this_worker_does_not_have_fold_into_other() -> None:
+    sink = WorkerMetrics(prometheus=True)
+    for n in range(305):
+        sink.attempt(f"unknown_kind_{n}", "q", 0.1, 0.1)
+        sink.hook_ran(f"unknown_kind_{n}", 0.01)
+    sink.attempt("acc_noop", "q", 0.1, 0.1)
+    assert kind_values(sink) == {"acc_noop", "other"}
+    text = sink.render().decode()
+    assert 'awa_job_duration_seconds_count{kind="other",queue="q"} 305.0' in text
+    assert len(text) < 20_000
+
+
+def test_kinds_past_the_cap_fold_into_other() -> None:
+    sink = WorkerMetrics(prometheus=True, max_kinds=2)
+    for kind in ("acc_noop", "acc_sleep", "acc_block", "acc_noop"):
+        sink.attempt(kind, "q", 0.1, None)
+    assert kind_values(sink) == {"acc_noop", "acc_sleep", "other"}
+    text = sink.render().decode()
+    assert 'awa_job_duration_seconds_count{kind="acc_noop",queue="q"} 2.0' in text
+    assert 'awa_job_duration_seconds_count{kind="other",queue="q"} 1.0' in text
+
+
+def test_the_kind_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_module, "KIND_MEMORY", 3)
+    sink = WorkerMetrics(prometheus=True)
+    for n in range(10):
+        assert sink.kind_label(f"unknown_kind_{n}") == "other"
+    assert len(sink._kind_labels) == 3
 
 
 def test_a_rescue_counts_once_whether_it_retries_or_ends_the_job() -> None:
     """Decision 035: a rescue of the last attempt fires only Exhausted (with its reason);
     it counts as a rescue and as a failure, a retrying rescue (Rescued) as a rescue."""
     sink = WorkerMetrics(prometheus=True)
-    job = job_row(kind="k", queue="q", state="failed")
+    job = job_row(kind="acc_noop", queue="q", state="failed")  # a kind with a handler
     sink.event(Rescued(job=job, reason="stale_heartbeat"))
     sink.event(Exhausted(job=job, error="e", attempt=3, reason="stale_heartbeat"))
     sink.event(Exhausted(job=job, error="e", attempt=3))  # a handler's: no rescue
     text = sink.render().decode()
     assert 'awa_maintenance_rescues_total{reason="stale_heartbeat"} 2.0' in text
-    assert 'awa_job_failed_total{kind="k",queue="q"} 2.0' in text
+    assert 'awa_job_failed_total{kind="acc_noop",queue="q"} 2.0' in text
 
 
 def test_histograms_count_a_value_on_a_bound_in_that_bucket_and_cumulate() -> None:
@@ -168,16 +210,42 @@ def test_opentelemetry_names_are_awas(name: str, expected: tuple[str, str]) -> N
     assert _otel_name(name) == expected
 
 
-def test_the_health_routes_answer_by_path_and_readiness() -> None:
+def test_the_health_routes_answer_by_path_and_readiness(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "READINESS_MAX_AGE_SECONDS", 0.0)
     reasons: list[str | None] = [None]
     server = HealthServer("127.0.0.1", 0, WorkerMetrics(prometheus=True), lambda: reasons[0])
+
+    def respond(path: str) -> tuple[int, str, bytes]:
+        return asyncio.run(server.respond(path))
+
     try:
-        assert server.respond("/healthz") == (200, "application/json", b'{"status": "ok"}')
-        assert server.respond("/readyz?verbose=1")[0] == 200
+        assert respond("/healthz") == (200, "application/json", b'{"status": "ok"}')
+        assert respond("/readyz?verbose=1")[0] == 200
         reasons[0] = "draining: the worker is shutting down"
-        status, _, body = server.respond("/readyz")
+        status, _, body = respond("/readyz")
         assert status == 503 and b"draining" in body
-        assert server.respond("/metrics")[0] == 200
-        assert server.respond("/other")[0] == 404
+        assert respond("/metrics")[0] == 200
+        assert respond("/other")[0] == 404
     finally:
         server.stop()
+
+
+def test_concurrent_askers_share_one_computation_and_a_fresh_value_is_reused() -> None:
+    computed: list[int] = []
+
+    def compute() -> int:
+        time.sleep(0.05)
+        computed.append(1)
+        return len(computed)
+
+    shared = health.Shared(compute, 60.0, "test-shared")
+
+    async def ask_many() -> list[int]:
+        return list(await asyncio.gather(*(shared.get() for _ in range(50))))
+
+    try:
+        assert asyncio.run(ask_many()) == [1] * 50
+        assert asyncio.run(shared.get()) == 1  # younger than max_age: not computed again
+        assert computed == [1]
+    finally:
+        shared.close()

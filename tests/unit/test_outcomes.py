@@ -4,6 +4,7 @@ the error text of an exception, and the event a committed transition announces."
 from __future__ import annotations
 
 import datetime as dt
+import traceback
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -233,7 +234,8 @@ def test_describe_our_own_errors_is_just_the_message() -> None:
     assert describe(raised(InvalidJobArgs("args do not fit X: y"))) == "args do not fit X: y"
 
 
-def test_describe_trims_a_long_traceback() -> None:
+@pytest.mark.parametrize("logged", [True, False])
+def test_describe_trims_a_long_traceback(logged: bool) -> None:
     # Two functions in turn: Python folds a run of identical frames into one line.
     def recurse(n: int) -> None:
         if n == 0:
@@ -246,14 +248,16 @@ def test_describe_trims_a_long_traceback() -> None:
     try:
         recurse(30)
     except CoreUnitBoom as exc:
-        text = describe(exc)
+        text = describe(exc, logged=logged)
     lines = text.splitlines()
     assert lines[0] == f"{__name__}.CoreUnitBoom: deep"
-    assert lines[1].startswith("... (") and "truncated, full trace in logs)" in lines[1]
+    assert lines[1].startswith("... (") and "lines truncated" in lines[1]
+    # The cut points to the logs only where the caller logs the whole trace.
+    assert ("full trace in logs" in lines[1]) is logged
     # Cut at a frame: the kept part starts with a File line, never a stray source line.
     assert lines[2].lstrip().startswith("File ")
     assert len(lines) <= 1 + 1 + outcomes.TRACEBACK_LINES
-    assert lines[-1].endswith("CoreUnitBoom: deep")
+    assert text.endswith("CoreUnitBoom: deep\n")  # format_exception's last line, whole
 
 
 def test_describe_drops_the_marker_lines_and_keeps_the_raising_line() -> None:
@@ -274,10 +278,28 @@ def test_describe_drops_the_marker_lines_and_keeps_the_raising_line() -> None:
     assert "^" not in text
 
 
-def test_describe_caps_a_huge_message() -> None:
-    text = describe(raised(ValueError("x" * 100_000)))
+def test_describe_ends_like_format_exception() -> None:
+    error = raised(ValueError("bad value"))
+    text = describe(error)
+    assert text.endswith("".join(traceback.format_exception(error)))
+    assert text.endswith("ValueError: bad value\n")
+
+
+@pytest.mark.parametrize(("logged", "mark"), [(True, "full text in logs)"), (False, "(truncated)")])
+def test_describe_caps_a_huge_message(logged: bool, mark: str) -> None:
+    text = describe(raised(ValueError("x" * 100_000)), logged=logged)
     assert len(text.encode()) <= MAX_ERROR_BYTES
-    assert text.startswith("ValueError: xxx") and text.endswith("(truncated, full text in logs)")
+    assert text.startswith("ValueError: xxx") and text.endswith(mark)
+
+
+def test_describe_cuts_a_long_message_in_its_head_and_keeps_the_trace_whole() -> None:
+    error = raised(CoreUnitBoom("y" * 3000 + "\n" + "z" * 2000))
+    text = describe(error)
+    assert len(text.encode()) <= MAX_ERROR_BYTES
+    head, _, trace = text.partition("\n... (truncated)\n")
+    assert head.startswith(f"{__name__}.CoreUnitBoom: yyy")
+    assert trace.startswith("Traceback (most recent call last):\n")
+    assert trace.endswith("z" * 2000 + "\n")  # the exception's last line, whole
 
 
 def test_describe_survives_an_exception_whose_str_fails() -> None:

@@ -114,7 +114,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--metrics-host",
             default="0.0.0.0",
-            help="address the metrics and health endpoint listens on (default 0.0.0.0)",
+            help="address the metrics and health endpoint listens on (default 0.0.0.0, all "
+            "interfaces; 127.0.0.1 keeps it on this machine)",
         )
         for name, text in TIMING_FLAGS.items():
             kind = seconds_or_zero if name in ZERO_ALLOWED else positive_seconds

@@ -42,6 +42,26 @@ def _figures(rows: query.Rows, count: int) -> list[QueueFigure]:
     return [QueueFigure(queue, depth, max(lag, 0.0)) for queue, depth, lag in rows]
 
 
+# Params: none. Index: awa_dead_letters_queue_idx (queue, dead_lettered_at) — an index-only
+# scan grouped on its leading column, so the table's wide rows are never read; its cost
+# is the number of dead letters kept (DEAD_LETTER_RETENTION prunes them).
+DEAD_LETTER_DEPTH = Statement(
+    "dead_letter_depth",
+    """
+SELECT queue, count(*)::int FROM awa_dead_letters GROUP BY queue
+""",
+)
+
+
+def dead_letter_depth() -> Query[dict[str, int]]:
+    """{queue: dead letters} for every queue that has any (a queue absent has 0)."""
+    return Query(DEAD_LETTER_DEPTH, {}, _depths)
+
+
+def _depths(rows: query.Rows, count: int) -> dict[str, int]:
+    return {queue: depth for queue, depth in rows}
+
+
 # Params: minutes (how many complete minutes before the current one to roll up; the
 # leader passes a few so a minute a leader change skipped is filled in later).
 # Index: awa_jobs_finalized_idx (finalized_at) WHERE state IN (terminal states) for the

@@ -1,6 +1,6 @@
-"""Measures each queue's depth and lag once for the whole fleet: the leader runs one
-index-only query and publishes the figures through its own metrics endpoint, so no
-scrape of any worker touches the jobs table (decision 021)."""
+"""Measures each queue's depth, lag and dead letters once for the whole fleet: the leader
+runs two index-only queries and publishes the figures through its own metrics endpoint,
+so no scrape of any worker touches the jobs tables (decision 021)."""
 
 from __future__ import annotations
 
@@ -22,4 +22,6 @@ class QueueDepth:
         for figure in await self.db.run(rollups_sql.queue_depth_lag()):
             figures[figure.queue] = (figure.depth, figure.lag_seconds)
         self.metrics.set_queue_figures(figures)
+        dead = dict.fromkeys(self.queues, 0) | await self.db.run(rollups_sql.dead_letter_depth())
+        self.metrics.set_dead_letter_figures(dead)
         return figures
