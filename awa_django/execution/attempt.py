@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from awa_django.client import follow_ups
 from awa_django.codec import decode_args, dumps
 from awa_django.conf import QueueConfig, awa_settings
 from awa_django.events import Completed, Event, Exhausted, Retried, Started
@@ -31,6 +30,7 @@ from awa_django.exceptions import (
     StaleAttempt,
     UnknownJobKind,
 )
+from awa_django.execution import follow_ups
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import (
     Transition,
