@@ -220,7 +220,7 @@ def _transition(
     except REFUSALS as exc:
         if atomic:
             raise
-        if transition.error_type == _NOT_STORED:
+        if _not_stored(transition):
             raise  # even the bare failure was refused: rescue ends the attempt
         if isinstance(exc, FollowUpFailed) and transition.event in (Retried, Exhausted):
             # A failure cannot fail again: it is written without its follow-ups, so the
@@ -240,11 +240,13 @@ def _transition(
     return (yield from _transition(job, violation, atomic=atomic))
 
 
-_NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
+def _not_stored(t: Transition) -> bool:
+    """`t` is the bare failure written after the database refused an outcome."""
+    return t.error_class is OutcomeNotStored
 
 
 def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:
-    progress = None if t.error_type == _NOT_STORED else job.progress_json()
+    progress = None if _not_stored(t) else job.progress_json()
     if t.dead_letter is not None:
         return dead_letters_sql.job_dead_letter_if_running(
             id=job.id,

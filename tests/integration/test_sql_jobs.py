@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from awa_django.execution.outcomes import Transition
 from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState, RunAtMode
 from awa_django.storage.models import (
     ActiveLease,
     Job,
@@ -290,7 +291,9 @@ def test_job_complete_one_applies_a_matching_attempt_only() -> None:
 def test_job_set_state_if_running_retry_with_backoff() -> None:
     row = running()
     (moved,) = set_state(
-        row, Transition("retryable", None, run_at_mode="backoff", error="E: x"), '{"p": 1}'
+        row,
+        Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="E: x"),
+        '{"p": 1}',
     )
     assert (moved.state, moved.attempt, moved.progress) == ("retryable", 1, {"p": 1})
     assert moved.finalized_at is not None
@@ -302,7 +305,9 @@ def test_job_set_state_if_running_retry_with_backoff() -> None:
 def test_job_set_state_if_running_backoff_is_capped_at_a_day() -> None:
     job = JobFactory(attempt=40, max_attempts=100)
     (row,) = claim()
-    (moved,) = set_state(row, Transition("retryable", None, run_at_mode="backoff", error="e"))
+    (moved,) = set_state(
+        row, Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="e")
+    )
     assert moved.finalized_at is not None
     assert moved.run_at - moved.finalized_at == dt.timedelta(days=1)
     assert moved.id == job.id
@@ -312,7 +317,12 @@ def test_job_set_state_if_running_snooze_refunds_and_keeps_finalized_at() -> Non
     earlier = timezone.now() - dt.timedelta(hours=3)
     row = running(finalized_at=earlier, progress={"keep": True})
     transition = Transition(
-        "scheduled", None, run_at_mode="delay", delay_seconds=9, attempt_refund=1, finalize=False
+        JobState.SCHEDULED,
+        None,
+        run_at_mode=RunAtMode.DELAY,
+        delay_seconds=9,
+        attempt_refund=1,
+        finalize=False,
     )
     (moved,) = set_state(row, transition)
     assert (moved.state, moved.attempt, moved.finalized_at) == ("scheduled", 0, earlier)
@@ -323,10 +333,10 @@ def test_job_set_state_if_running_snooze_refunds_and_keeps_finalized_at() -> Non
 
 def test_job_set_state_if_running_terminal_failure_and_cancel() -> None:
     failed = running()
-    (row,) = set_state(failed, Transition("failed", None, error="fatal", terminal=True))
+    (row,) = set_state(failed, Transition(JobState.FAILED, None, error="fatal", terminal=True))
     assert row.state == "failed" and row.errors[0]["terminal"] is True
     cancelled = running()
-    (row,) = set_state(cancelled, Transition("cancelled", None, error="cancelled: r"))
+    (row,) = set_state(cancelled, Transition(JobState.CANCELLED, None, error="cancelled: r"))
     assert row.state == "cancelled" and "terminal" not in row.errors[0]
     assert row.finalized_at == transaction_now()
 
@@ -334,7 +344,7 @@ def test_job_set_state_if_running_terminal_failure_and_cancel() -> None:
 def test_job_set_state_if_running_park_needs_the_registered_callback() -> None:
     row = running()
     token = uuid.uuid4()
-    park = Transition("waiting_external", None, finalize=False, callback_id=token)
+    park = Transition(JobState.WAITING_EXTERNAL, None, finalize=False, callback_id=token)
     assert set_state(row, park) == []  # no callback registered: the contract guard
     run(
         jobs_sql.job_register_callback,
@@ -361,7 +371,9 @@ def test_job_set_state_if_running_clears_a_callback_on_other_outcomes() -> None:
         callback_id=uuid.uuid4(),
         timeout_seconds=30,
     )
-    (moved,) = set_state(row, Transition("retryable", None, run_at_mode="backoff", error="e"))
+    (moved,) = set_state(
+        row, Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="e")
+    )
     assert (moved.callback_id, moved.callback_timeout_at) == (None, None)
 
 
@@ -372,10 +384,12 @@ def test_job_set_state_if_running_with_a_stale_run_lease_changes_nothing() -> No
     ActiveLease.objects.filter(job_id=row.id).update(run_lease=F("run_lease") + 1)
     before = snapshot(row.id)
     for transition in (
-        Transition("retryable", None, run_at_mode="backoff", error="late"),
-        Transition("failed", None, error="late", terminal=True),
-        Transition("cancelled", None, error="late"),
-        Transition("scheduled", None, run_at_mode="delay", delay_seconds=1, attempt_refund=1),
+        Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="late"),
+        Transition(JobState.FAILED, None, error="late", terminal=True),
+        Transition(JobState.CANCELLED, None, error="late"),
+        Transition(
+            JobState.SCHEDULED, None, run_at_mode=RunAtMode.DELAY, delay_seconds=1, attempt_refund=1
+        ),
     ):
         assert set_state(row, transition, '{"late": 1}') == []
     assert complete([(row.id, row.run_lease)]) == []
@@ -390,14 +404,14 @@ def test_job_set_state_if_running_on_a_job_that_is_not_running_changes_nothing(
     job = JobFactory(state=state, run_lease=3, attempt=1)
     row = JobSnapshot.from_mapping(snapshot(job.id))
     before = snapshot(job.id)
-    assert set_state(row, Transition("failed", None, error="x", terminal=True)) == []
+    assert set_state(row, Transition(JobState.FAILED, None, error="x", terminal=True)) == []
     assert snapshot(job.id) == before
 
 
 def test_job_set_state_if_running_caps_the_errors_it_appends_to() -> None:
     history = [{"error": f"e{n}", "attempt": n, "at": "x"} for n in range(1, 21)]  # 20 kept
     row = running(errors=history, max_attempts=100)
-    retry = Transition("retryable", None, run_at_mode="backoff", error="latest")
+    retry = Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="latest")
     (moved,) = set_state(row, retry)
     errors = moved.errors
     # The first, a count of what was dropped, the most recent: still ERRORS_KEPT entries.
