@@ -17,7 +17,6 @@ from awa_django.client import (
     enqueue,
     enqueue_many,
 )
-from awa_django.client.follow_ups import FollowUp, follow_up
 from awa_django.events import (
     Cancelled,
     Completed,
@@ -54,6 +53,7 @@ from awa_django.exceptions import (
     UnknownJobKind,
 )
 from awa_django.execution.context import JobContext
+from awa_django.execution.follow_ups import FollowUp, follow_up
 from awa_django.limits import RateLimit
 from awa_django.registry.decorators import job, on_any_event, on_event, on_event_kind
 from awa_django.registry.follow_ups import (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from django.db import models
 
 
@@ -19,6 +21,8 @@ class JobState(models.TextChoices):
 TERMINAL_STATES: frozenset[str] = frozenset(
     {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
 )
+
+
 DEFERRED_STATES: frozenset[str] = frozenset({JobState.SCHEDULED, JobState.RETRYABLE})
 # Depth counts every state but `completed`: completed rows pile up until pruning and are
 # reported as throughput instead, so the count never walks the retained history.
@@ -39,3 +43,12 @@ class DeadLetterReason(models.TextChoices):
     CALLBACK_FAILED = "callback_failed", "callback_failed"
     # An operator moved the failed job in (Client.dead_letter_failed).
     MANUAL = "manual", "manual"
+
+
+class RunAtMode(StrEnum):
+    """How a transition moves `run_at` (`job_set_state_if_running`'s `run_at_mode`). A
+    StrEnum, so the statement binds the same text it always did."""
+
+    KEEP = "keep"  # run_at unchanged
+    DELAY = "delay"  # now() + the transition's delay_seconds
+    BACKOFF = "backoff"  # now() + the exponential backoff of the attempt

@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 from django.db import transaction
 
-from awa_django.client import follow_ups
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.codec import dumps, storable_text, unstorable_character
 from awa_django.conf import awa_settings
 from awa_django.events import Completed, Exhausted, Retried
 from awa_django.exceptions import CallbackNotFound, InvalidCallbackOption
+from awa_django.execution import follow_ups
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.query import Query
 from awa_django.storage.sql import callbacks as callbacks_sql

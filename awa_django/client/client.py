@@ -17,24 +17,25 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, cast, overload
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from awa_django.client import callbacks, follow_ups, inserts, queues, schedules, unique
+from awa_django.client import callbacks, inserts, queues, schedules, unique
 from awa_django.client.bulk_verbs import BulkVerbs
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.history_verbs import HistoryVerbs
-from awa_django.client.rows import (
+from awa_django.client.twins import async_twin
+from awa_django.codec import dumps
+from awa_django.conf import awa_settings
+from awa_django.events import Cancelled
+from awa_django.exceptions import InvalidEnqueueOption, JobNotFound
+from awa_django.execution import follow_ups
+from awa_django.execution.rows import (
     NO_OPTIONS,
     EnqueueKwargs,
     EnqueueOptions,
     plan_many,
     plan_one,
 )
-from awa_django.client.twins import async_twin
-from awa_django.codec import dumps
-from awa_django.conf import awa_settings
-from awa_django.events import Cancelled
-from awa_django.exceptions import InvalidEnqueueOption, JobNotFound
 from awa_django.limits import RateLimit
 from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.storage.sql import admin as admin_sql

@@ -8,7 +8,7 @@ from typing import cast
 from django.db import transaction
 
 from awa_django.client import unique
-from awa_django.client.rows import BulkRows, JobTemplate
+from awa_django.execution.rows import BulkRows, JobTemplate
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import job_copy
 from awa_django.storage.sql import jobs as jobs_sql

@@ -9,7 +9,7 @@ from typing import Any, Literal, Unpack, overload
 from asgiref.sync import sync_to_async
 
 from awa_django.client.client import Client
-from awa_django.client.rows import EnqueueKwargs, EnqueueOptions
+from awa_django.execution.rows import EnqueueKwargs, EnqueueOptions
 from awa_django.snapshot import JobSnapshot
 from awa_django.unique import EnqueueManyResult, OnConflict
 

@@ -15,10 +15,10 @@ from typing import Any, cast
 
 from django.db import transaction
 
-from awa_django.client.rows import BulkRows, JobTemplate
 from awa_django.codec import encode_args_json
 from awa_django.conf import validate_queue_name
 from awa_django.exceptions import InvalidEnqueueOption, UniqueConflict
+from awa_django.execution.rows import BulkRows, JobTemplate
 from awa_django.options import check_kind
 from awa_django.registry import kind_for, validate_args_type
 from awa_django.snapshot import JobSnapshot

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from awa_django.client import follow_ups
 from awa_django.codec import decode_args, dumps
 from awa_django.conf import QueueConfig, awa_settings
 from awa_django.events import Completed, Event, Exhausted, Retried, Started
@@ -33,6 +32,7 @@ from awa_django.exceptions import (
     StaleAttempt,
     UnknownJobKind,
 )
+from awa_django.execution import follow_ups
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import (
     Transition,
@@ -247,7 +247,7 @@ def _transition(
     except REFUSALS as exc:
         if atomic:
             raise
-        if transition.error_type in _REFUSED_TYPES:
+        if _written_after_a_refusal(transition):
             raise  # even the failure of a refused outcome was refused: rescue ends it
         if isinstance(exc, FollowUpFailed) and transition.event in (Retried, Exhausted):
             # A failure cannot fail again: it is written without its follow-ups, so the
@@ -267,12 +267,15 @@ def _transition(
     return (yield from _transition(job, violation, atomic=atomic))
 
 
-_NOT_STORED = f"{OutcomeNotStored.__module__}.{OutcomeNotStored.__qualname__}"
-_REFUSED_TYPES = {_NOT_STORED, f"{OutcomeRefused.__module__}.{OutcomeRefused.__qualname__}"}
+def _written_after_a_refusal(t: Transition) -> bool:
+    """`t` is the failure written after the database refused an outcome (its values:
+    OutcomeNotStored; anything else: OutcomeRefused, decision 036)."""
+    return t.error_class is OutcomeNotStored or t.error_class is OutcomeRefused
 
 
 def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]:
-    progress = None if t.error_type == _NOT_STORED else job.progress_json()
+    # An unstorable progress may be what the database refused: the failure leaves it out.
+    progress = None if t.error_class is OutcomeNotStored else job.progress_json()
     if t.dead_letter is not None:
         return dead_letters_sql.job_dead_letter_if_running(
             id=job.id,

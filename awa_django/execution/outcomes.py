@@ -18,7 +18,7 @@ from awa_django.events import Cancelled, Event, Exhausted, Retried, WaitingForCa
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
-from awa_django.states import DeadLetterReason, JobState
+from awa_django.states import DeadLetterReason, JobState, RunAtMode
 
 # Lines of traceback stored with an error (marker lines not counted): the last frames.
 TRACEBACK_LINES = 16
@@ -28,9 +28,9 @@ MAX_DELAY_SECONDS = 10 * 365 * 86400.0
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    state: str
+    state: JobState
     event: type[Event] | None
-    run_at_mode: str = "keep"  # keep | delay | backoff
+    run_at_mode: RunAtMode = RunAtMode.KEEP
     delay_seconds: float | None = None
     attempt_refund: int = 0
     finalize: bool = True
@@ -42,6 +42,8 @@ class Transition:
     # Set (the DeadLetterReason) when the job moves to the dead letters instead of staying
     # `failed`: only `routed()` sets it, for a queue with `"dead_letter": True`.
     dead_letter: str | None = None
+    # The exception class `error_type` names, for the writer to recognise by identity.
+    error_class: type[BaseException] | None = None
 
 
 def routed(transition: Transition, dead_letter_queue: bool) -> Transition:
@@ -78,13 +80,13 @@ def _plan(row: JobSnapshot, result: Any) -> Transition | None:
                 message = f"max_attempts exhausted (handler requested retry after {shown}s)"
                 return Transition(JobState.FAILED, Exhausted, error=message)
             return Transition(
-                JobState.RETRYABLE, Retried, run_at_mode="delay", delay_seconds=seconds
+                JobState.RETRYABLE, Retried, run_at_mode=RunAtMode.DELAY, delay_seconds=seconds
             )
         case Snooze(seconds=seconds):
             return Transition(
                 JobState.SCHEDULED,
                 None,
-                run_at_mode="delay",
+                run_at_mode=RunAtMode.DELAY,
                 delay_seconds=_delay(Snooze, seconds),
                 attempt_refund=1,
                 finalize=False,
@@ -133,13 +135,24 @@ def plan_failure(row: JobSnapshot, error: BaseException, *, logged: bool = False
     terminal = isinstance(
         error, TerminalError | UnknownJobKind | InvalidJobArgs | SystemExit | KeyboardInterrupt
     )
+    error_class = type(error)
     if terminal or row.attempt >= row.max_attempts:
         message = describe(error, logged=logged)
         return Transition(
-            JobState.FAILED, Exhausted, error=message, error_type=kind, terminal=terminal
+            JobState.FAILED,
+            Exhausted,
+            error=message,
+            error_type=kind,
+            terminal=terminal,
+            error_class=error_class,
         )
     return Transition(
-        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=describe(error), error_type=kind
+        JobState.RETRYABLE,
+        Retried,
+        run_at_mode=RunAtMode.BACKOFF,
+        error=describe(error),
+        error_type=kind,
+        error_class=error_class,
     )
 
 
@@ -190,7 +203,7 @@ def plan_unknown_kind(row: JobSnapshot, error: UnknownJobKind, grace: float) -> 
     return Transition(
         JobState.SCHEDULED,
         None,
-        run_at_mode="delay",
+        run_at_mode=RunAtMode.DELAY,
         # Due again when the grace ends at the latest, so a short grace is kept.
         delay_seconds=min(HANDBACK_SECONDS, grace - unhandled_for),
         attempt_refund=1,
@@ -222,6 +235,7 @@ def unstorable(error: BaseException) -> Transition:
         error=storable_text(f"the outcome of this attempt could not be stored: {error}"),
         error_type=exception_path(error),
         terminal=True,
+        error_class=type(error),
     )
 
 
@@ -232,10 +246,18 @@ def plan_refused(row: JobSnapshot, error: BaseException) -> Transition:
     committed nothing, so no event of it is announced."""
     message = storable_text(f"the database refused the outcome of this attempt: {error}")
     kind = exception_path(error)
+    error_class = type(error)
     if row.attempt >= row.max_attempts:
-        return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind)
+        return Transition(
+            JobState.FAILED, Exhausted, error=message, error_type=kind, error_class=error_class
+        )
     return Transition(
-        JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message, error_type=kind
+        JobState.RETRYABLE,
+        Retried,
+        run_at_mode=RunAtMode.BACKOFF,
+        error=message,
+        error_type=kind,
+        error_class=error_class,
     )
 
 

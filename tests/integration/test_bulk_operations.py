@@ -29,7 +29,7 @@ from awa_django.storage.sql.bulk import Window
 from awa_django.testing import capture_events
 from awa_django.worker.database import connection_kwargs
 from tests.factories import JobFactory as BaseJobFactory
-from tests.integration.test_sql_statements import big_table, explain
+from tests.integration.sql_helpers import big_table, explain
 from tests.listening import Listener
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,7 +24,7 @@ from awa_django.storage.sql import bulk as bulk_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql.bulk import Window
 from tests.factories import JobFactory
-from tests.integration.test_sql_statements import explain
+from tests.integration.sql_helpers import explain
 
 Q = "diet-q"
 BEFORE = ("awa_django", "0009_queue_rollups")

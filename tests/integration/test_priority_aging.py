@@ -26,7 +26,7 @@ from awa_django.worker.database import connection_kwargs
 from awa_django.worker.maintenance import ager
 from awa_django.worker.maintenance.ager import Ager
 from tests.factories import JobFactory as BaseJobFactory
-from tests.integration.test_sql_statements import big_table, explain
+from tests.integration.sql_helpers import big_table, explain
 from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)

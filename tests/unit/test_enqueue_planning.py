@@ -1,4 +1,4 @@
-"""Unit tests of enqueue planning's template memo (client/rows.py): a call without per-call
+"""Unit tests of enqueue planning's template memo (execution/rows.py): a call without per-call
 inputs is planned once per args type and options, and the memo never lets through what
 planning would refuse, nor outlives the declaration it was planned from."""
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from awa_django.client import rows
-from awa_django.client.rows import NO_OPTIONS, EnqueueOptions, plan_template
 from awa_django.exceptions import InvalidEnqueueOption
+from awa_django.execution import rows
+from awa_django.execution.rows import NO_OPTIONS, EnqueueOptions, plan_template
 from awa_django.registry import JobDefinition, registry
 
 

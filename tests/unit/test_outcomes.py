@@ -26,6 +26,7 @@ from awa_django.execution.outcomes import (
 )
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
+from awa_django.states import JobState, RunAtMode
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
@@ -77,7 +78,9 @@ def test_plain_return_values_complete_through_the_completer(result: Any) -> None
 
 def test_retry_after_is_retryable_with_a_delay_and_no_error() -> None:
     t = plan(make_row(attempt=1, max_attempts=3), result=RetryAfter(7.5))
-    assert t == Transition("retryable", Retried, run_at_mode="delay", delay_seconds=7.5)
+    assert t == Transition(
+        JobState.RETRYABLE, Retried, run_at_mode=RunAtMode.DELAY, delay_seconds=7.5
+    )
     assert t.error is None and t.finalize
 
 
@@ -92,9 +95,9 @@ def test_retry_after_on_the_last_attempt_exhausts_with_the_catalogue_message() -
 def test_snooze_refunds_the_attempt_and_keeps_finalized_at() -> None:
     t = plan(make_row(), result=Snooze(30))
     assert t == Transition(
-        "scheduled",
+        JobState.SCHEDULED,
         None,
-        run_at_mode="delay",
+        run_at_mode=RunAtMode.DELAY,
         delay_seconds=30,
         attempt_refund=1,
         finalize=False,
@@ -321,7 +324,12 @@ def test_describe_keeps_a_short_traceback_whole() -> None:
 def test_snooze_plans_every_column_it_changes() -> None:
     t = plan(make_row(id=5, run_lease=9), result=Snooze(2))
     assert t == Transition(
-        "scheduled", None, run_at_mode="delay", delay_seconds=2, attempt_refund=1, finalize=False
+        JobState.SCHEDULED,
+        None,
+        run_at_mode=RunAtMode.DELAY,
+        delay_seconds=2,
+        attempt_refund=1,
+        finalize=False,
     )
 
 

@@ -60,7 +60,7 @@ JOB_COPY_MANY = Statement("job_copy_many", f"COPY awa_jobs_hot ({_COPY_COLUMNS})
 
 
 class CopyTemplate(Protocol):
-    """The columns that the rows of one enqueue_many template share (client/rows.py's
+    """The columns that the rows of one enqueue_many template share (execution/rows.py's
     JobTemplate)."""
 
     @property

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from awa_django.client import follow_ups
 from awa_django.events import Event, Exhausted, Rescued
+from awa_django.execution import follow_ups
 from awa_django.snapshot import JobSnapshot
 from awa_django.states import JobState
 from awa_django.storage.sql import leases as leases_sql

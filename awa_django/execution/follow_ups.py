@@ -5,7 +5,8 @@ in the transition's own transaction (decision 015).
 Planning calls the builders (user code) and checks their jobs as `enqueue` would; it does
 no I/O, so the worker, the inline runner and the Client's callback verbs run the query it
 returns on whatever connection holds the transition's transaction. Every failure of a
-builder, or of a job it returned, is one `FollowUpFailed` naming the builder.
+builder, or of a job it returned, is one `FollowUpFailed` naming the builder. It sits below
+the Client (DESIGN §10), so the attempt, the rescuer and the Client all import it downward.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from awa_django.client.rows import EnqueueKwargs, EnqueueOptions, plan_rows
 from awa_django.codec import decode_args
 from awa_django.events import Event
 from awa_django.exceptions import FollowUpFailed
+from awa_django.execution.rows import EnqueueKwargs, EnqueueOptions, plan_rows
 from awa_django.registry import FollowUpRegistration, registry
 from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql

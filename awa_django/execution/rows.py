@@ -3,6 +3,9 @@ declaration and the defaults in `conf`, then serialised, all before any SQL.
 
 Planning is pure (no database access), so every bad input fails here with a typed error and
 the caller's transaction is never touched; `Client` then writes the plan in one statement.
+It sits below the Client, in the execution layer, because follow-up insertion
+(`execution/follow_ups.py`, run by attempts, rescues and callback verbs) plans its jobs
+exactly as enqueue does, and no layer imports upward (decision 007).
 """
 
 from __future__ import annotations
