@@ -66,7 +66,7 @@ def test_a_rescued_last_attempt_moves_to_the_dead_letters(start_worker):
     assert not Job.objects.filter(id=job.id).exists()
     assert first.stop() == 0 and second.stop() == 0
     (detail,) = exhausted_hooks(job.id)
-    assert detail.startswith("dead_lettered: heartbeat stale")
+    assert detail == "dead_lettered: stale_heartbeat"  # Exhausted carries the rescue's reason (035)
 
 
 def test_a_callback_that_times_out_on_the_last_attempt_moves_to_the_dead_letters(start_worker):
@@ -79,4 +79,4 @@ def test_a_callback_that_times_out_on_the_last_attempt_moves_to_the_dead_letters
     wait_until(lambda: exhausted_hooks(job.id), timeout=60, what="the Exhausted hook")
     assert worker.stop() == 0
     (detail,) = exhausted_hooks(job.id)
-    assert detail == "dead_lettered: callback timed out"
+    assert detail == "dead_lettered: expired_callback"  # the rescue's reason (035)
