@@ -168,9 +168,13 @@ def _status(q: QueueStats) -> str:
     return "paused" if q.paused else "active"
 
 
+# Columns of words (the queue, its status and limits) read left-aligned, under their
+# header; figures right-aligned.
+TEXT_COLUMNS = frozenset({0, len(DEPTH_STATES) + 4, len(DEPTH_STATES) + 5})
+
+
 def _cell(value: str, width: int, index: int) -> str:
-    # Names and status read left-aligned, figures right-aligned.
-    return value.ljust(width) if index in (0, len(DEPTH_STATES) + 4) else value.rjust(width)
+    return value.ljust(width) if index in TEXT_COLUMNS else value.rjust(width)
 
 
 def _unhandled_text(unhandled: dict[str, int]) -> str:
