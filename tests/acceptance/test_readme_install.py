@@ -143,7 +143,12 @@ def test_the_readme_walkthrough_runs_verbatim_without_the_secret_exported(
     (project / "mysite" / "urls.py").write_text(urls)
 
     # No secret exported: no KeyError anywhere, the check warns with the fix.
-    for args in (["manage.py", "awa_worker", "--help"], ["manage.py", "check"]):
+    commands = (
+        ["manage.py", "startapp", "billing"],
+        ["manage.py", "awa_worker", "--help"],
+        ["manage.py", "check"],
+    )
+    for args in commands:
         done = run(args, project, env)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "Traceback" not in done.stderr, done.stderr
