@@ -33,19 +33,18 @@ def clean_hooks(isolated_hooks: Registry) -> Registry:
     return isolated_hooks
 
 
-@pytest.fixture(autouse=True)
-def exclusive_under_xdist(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
-    """Under pytest-xdist (`make test` runs a worker per core, each with its own test
-    database), a test marked `exclusive` runs while no other worker is inside a test: it
-    restarts the server or otherwise needs the whole cluster. The others share a lock; a
-    turnstile lets a waiting exclusive test in before later shared ones (no starvation)."""
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under pytest-xdist (`make test PYTEST_ARGS="-n 2"`: a process per core, each with its
+    own test database), a test marked `exclusive` runs while no other process is inside a
+    test: it restarts the server or reads server-wide state such as the WAL position. The
+    lock spans the test's whole protocol, setup and teardown included (pytest-django's
+    flush of a transactional test writes too). The others share it; a turnstile lets a
+    waiting exclusive test in before later shared ones, so it is never starved."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield
-        return
-    run_dir = Path(tmp_path_factory.getbasetemp()).parent  # shared by this run's workers
-    exclusive = request.node.get_closest_marker("exclusive") is not None
+        return (yield)
+    run_dir = Path(item.config._tmp_path_factory.getbasetemp()).parent  # type: ignore[attr-defined]
+    exclusive = item.get_closest_marker("exclusive") is not None
     with (
         open(run_dir / "awa-turnstile.lock", "a") as turnstile,
         open(run_dir / "awa-exclusive.lock", "a") as gate,
@@ -56,6 +55,6 @@ def exclusive_under_xdist(
         finally:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         try:
-            yield
+            return (yield)
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
