@@ -77,7 +77,9 @@ def check_callback_secret(app_configs: Any = None, **kwargs: Any) -> list[checks
         awa = load_settings()
     except ImproperlyConfigured:
         return []  # awa.E003 reports it
-    problems = [] if awa.callback_secrets or awa.callback_allow_unsigned else [_no_secret()]
+    problems: list[checks.CheckMessage] = []
+    if not (awa.callback_secrets or awa.callback_allow_unsigned):
+        problems.append(_no_secret_while_debugging() if settings.DEBUG else _no_secret())
     if awa.callback_allow_unsigned and not settings.DEBUG:
         problems.append(
             checks.Error(
@@ -89,6 +91,21 @@ def check_callback_secret(app_configs: Any = None, **kwargs: Any) -> list[checks
             )
         )
     return problems
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_callback_secret_for_deploy(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """`check --deploy`: no secret is an error even under DEBUG, where the ordinary check
+    only warns (awa.W013) so that a new project's `migrate` and `awa_worker` still run."""
+    try:
+        awa = load_settings()
+    except ImproperlyConfigured:
+        return []  # awa.E003 reports it
+    if awa.callback_secrets or awa.callback_allow_unsigned or not settings.DEBUG:
+        return []  # set, explicitly unsigned, or already awa.E010 from check_callback_secret
+    return [_no_secret()]
 
 
 @checks.register(checks.Tags.security, deploy=True)
@@ -131,16 +148,29 @@ def _weak_secret(position: int, secret: str) -> checks.CheckMessage | None:
     return None
 
 
+NO_SECRET = (
+    'No callback secret is set (AWA["CALLBACK_SECRET"] or AWA["CALLBACK_SECRETS"] is '
+    "missing or empty, e.g. because AWA_CALLBACK_SECRET is not exported), so signed "
+    "callback requests cannot be verified and the callback views refuse every request."
+)
+NO_SECRET_HINT = (
+    "Export one before starting Django: "
+    'export AWA_CALLBACK_SECRET=$(python -c "import secrets; print(secrets.token_hex(32))") '
+    '(the README\'s settings read it into AWA["CALLBACK_SECRET"]); for local development '
+    'with DEBUG = True only, set AWA["CALLBACK_ALLOW_UNSIGNED"] = True to accept unsigned '
+    "requests."
+)
+
+
 def _no_secret() -> checks.CheckMessage:
-    return checks.Error(
-        'AWA["CALLBACK_SECRET"] is not set, so signed callback requests cannot be '
-        "verified and the callback views refuse every request.",
-        hint='Set AWA["CALLBACK_SECRET"] to a long random string, e.g. the output of '
-        '`python -c "import secrets; print(secrets.token_hex(32))"` read from the '
-        'environment; for local development only, set AWA["CALLBACK_ALLOW_UNSIGNED"] '
-        "= True to accept unsigned requests.",
-        id="awa.E010",
-    )
+    """awa.E010 in production (DEBUG False) and under `check --deploy`; with DEBUG on, the
+    ordinary checks only warn (awa.W013): an error would stop `migrate` and `awa_worker` in
+    a new project whose shell has not exported the secret yet."""
+    return checks.Error(NO_SECRET, hint=NO_SECRET_HINT, id="awa.E010")
+
+
+def _no_secret_while_debugging() -> checks.CheckMessage:
+    return checks.Warning(NO_SECRET, hint=NO_SECRET_HINT, id="awa.W013")
 
 
 @checks.register()

@@ -334,12 +334,21 @@ def _parse_callback_secrets(raw: dict[str, Any]) -> tuple[str, ...]:
             "replaces the single secret (put the current secret first)."
         )
     # A bare string is refused rather than read as a list of one-character secrets.
-    if not isinstance(many, list | tuple) or not all(isinstance(s, str) and s for s in many):
+    # The message names types only: the values may be secrets.
+    if not isinstance(many, list | tuple):
         raise ImproperlyConfigured(
-            'AWA["CALLBACK_SECRETS"] must be a list of non-empty strings, newest first, '
+            'AWA["CALLBACK_SECRETS"] must be a list of strings, newest first, '
             f"got a {type(many).__name__}."
         )
-    return tuple(many)
+    for position, secret in enumerate(many):
+        if not isinstance(secret, str):
+            raise ImproperlyConfigured(
+                f'AWA["CALLBACK_SECRETS"][{position}] must be a string, '
+                f"got a {type(secret).__name__}."
+            )
+    # An empty entry is an unset environment variable (`os.environ.get(NAME, "")`): it
+    # verifies nothing, and a list of only those is no secret (awa.E010 / awa.W013 say so).
+    return tuple(s for s in many if s)
 
 
 def _parse_listen_database(value: object) -> str | bool | None:

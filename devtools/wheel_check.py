@@ -147,11 +147,12 @@ def check_version(
         pg_env(f"awa_wheel_{secrets.token_hex(4)}"), AWA_CALLBACK_SECRET=secrets.token_hex(32)
     )
     run([str(venv / "bin" / "django-admin"), "startproject", "mysite", "."], project, env)
+    # Before the settings name it in INSTALLED_APPS, as in the README.
+    run([python, "manage.py", "startapp", "shop"], project, env)
     settings = project / "mysite" / "settings.py"
     settings.write_text(settings.read_text() + "\n" + readme_block("<!-- install:settings"))
-    run([python, "manage.py", "startapp", "shop"], project, env)
-    (project / "shop" / "jobs.py").write_text(readme_block("## Declare a job"))
-    settings.write_text(settings.read_text() + '\nINSTALLED_APPS += ["shop"]\n')
+    (project / "mysite" / "urls.py").write_text(readme_block("<!-- install:urls"))
+    (project / "shop" / "jobs.py").write_text(readme_block("<!-- install:jobs"))
     run(["createdb", env["PGDATABASE"]], project, env)
     try:
         run([python, "manage.py", "migrate", "--no-input"], project, env)

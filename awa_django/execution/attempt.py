@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from django.apps import apps
+
 from awa_django.codec import decode_args, dumps
 from awa_django.conf import QueueConfig, awa_settings
 from awa_django.events import Completed, Event, Exhausted, Retried, Started
@@ -150,7 +152,7 @@ def outcome_of_error(
     """What a handler that raised `error` (or could not be loaded) asks for. A kind with no
     handler here is handed back for `unknown_kind_grace` seconds (a rolling deploy)."""
     if isinstance(error, UnknownJobKind):
-        logger.warning("job %s: no handler for kind %r in this worker", job.id, job.kind)
+        logger.warning(unknown_kind_warning(job.id, job.kind))
         return plan_unknown_kind(job.row, error, unknown_kind_grace)
     return failure(job, error)
 
@@ -174,6 +176,25 @@ def failure(job: JobContext[Any], error: BaseException) -> Transition:
         exc_info=trace,
     )
     return transition
+
+
+def unknown_kind_warning(job_id: int, kind: str) -> str:
+    """The worker's warning for a job whose kind it has no handler for. The usual cause is a
+    newcomer's: the app declaring the job is missing from INSTALLED_APPS, so its jobs.py was
+    never autodiscovered; naming the apps jobs did come from points there."""
+    loaded = sorted(
+        {
+            config.label if config is not None else definition.handler.__module__
+            for definition in registry.jobs()
+            for config in [apps.get_containing_app_config(definition.handler.__module__)]
+        }
+    )
+    sources = ", ".join(loaded) if loaded else "none (no installed app has a jobs.py)"
+    return (
+        f"job {job_id}: no handler for kind {kind!r} in this worker; it loaded jobs from "
+        f"apps: {sources}. If the app declaring {kind!r} is missing from INSTALLED_APPS, "
+        "add it there (its jobs.py is autodiscovered)."
+    )
 
 
 def finish(

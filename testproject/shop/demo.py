@@ -164,6 +164,22 @@ def wait_for_invoice_follow_up(timeout: float) -> str:
     return f"the invoice e-mail of order {INVOICE_ORDER} did NOT complete within {timeout:.0f} s"
 
 
+def forget_previous_run() -> int:
+    """Delete an earlier demo run's jobs and invoice from this database: its completed
+    receipt would still hold the unique key (completed jobs keep it for their 24 h of
+    retention), so a second `make demo` would be refused. Returns how many jobs went."""
+    from .models import Invoice
+
+    Invoice.objects.filter(order_id=INVOICE_ORDER).delete()
+    earlier = (
+        Job.objects.filter(tags__contains=["demo"])
+        | Job.objects.filter(kind="email_invoice", args__order_id=INVOICE_ORDER)
+        | Job.objects.filter(metadata__cron_name=DEMO_SCHEDULE)
+    )
+    deleted, _ = earlier.delete()
+    return deleted
+
+
 def remove_demo_schedule() -> None:
     """The demo's schedule row outlives its worker: remove it, or every later worker's
     leader would keep firing it (a sync never deletes; decision 013)."""
@@ -228,6 +244,57 @@ def wait_until_done(
             return False
         time.sleep(0.1)
     return False
+
+
+# Jobs the demo did not enqueue itself but ran: the invoice e-mail that create_invoice's
+# completion enqueued, and the cron schedule's fires.
+FOLLOW_UP = Expected("completed", 1)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every job the demo ran, and what the id column would otherwise leave unexplained."""
+
+    ran: list[tuple[JobSnapshot, Expected]]
+    not_run: list[JobSnapshot]  # fires enqueued too late for the stopped worker
+    unused_ids: list[int]  # numbers no job holds: the refused duplicate's insert used them
+
+
+def report(run: Run) -> Report:
+    """The plan's jobs, plus the follow-up e-mail and the cron fires enqueued since the plan;
+    the ids in between that no job holds (the refused duplicate receipt took one: an
+    INSERT that fails still uses up its sequence number)."""
+    first = min(row.id for row, _ in run.jobs)
+    client = awa_django.Client()
+    later = Job.objects.filter(id__gt=first).exclude(id__in=[r.id for r, _ in run.jobs])
+    extra = [
+        client.get_job(job_id)
+        for job_id in later.filter(kind="email_invoice", args__order_id=INVOICE_ORDER)
+        .union(later.filter(metadata__cron_name=DEMO_SCHEDULE))
+        .values_list("id", flat=True)
+    ]
+    ran = run.jobs + [(row, FOLLOW_UP) for row in extra if row.attempt]
+    ran.sort(key=lambda pair: pair[0].id)
+    held = {row.id for row, _ in run.jobs} | {row.id for row in extra}
+    last = max(held)
+    unused = [
+        n for n in range(first, last) if n not in held and not Job.objects.filter(id=n).exists()
+    ]
+    return Report(ran, sorted((r for r in extra if not r.attempt), key=lambda r: r.id), unused)
+
+
+def report_notes(found: Report) -> list[str]:
+    notes = []
+    if found.unused_ids:
+        ids = ", ".join(f"#{n}" for n in found.unused_ids)
+        notes.append(
+            f"{ids}: no job; the refused duplicate receipt's INSERT used the number "
+            "(PostgreSQL never hands a sequence value out twice, even for a failed insert)"
+        )
+    if found.not_run:
+        ids = ", ".join(f"{r.kind} #{r.id}" for r in found.not_run)
+        notes.append(f"{ids}: fired by the schedule after its job ran, not run before the stop")
+    return notes
 
 
 def table(rows: Sequence[JobSnapshot], wanted: Sequence[Expected]) -> str:

@@ -62,6 +62,7 @@ RESTART = os.environ.get("AWA_TEST_PG_RESTART_CMD") or (
     reason="restarts the PostgreSQL server: runs in CI, or locally with AWA_TEST_PG_RESTART=1",
 )
 @pytest.mark.skipif(shutil.which("pg_ctlcluster") is None, reason="needs pg_ctlcluster")
+@pytest.mark.exclusive  # the restart drops every connection of the server, not just ours
 def test_worker_carries_on_after_postgresql_restarts(start_worker):
     worker = start_worker("--queue", "acc=4", "--metrics-port", "0")
     base = endpoint(worker)

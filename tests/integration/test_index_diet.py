@@ -258,6 +258,40 @@ def test_the_job_list_finds_its_rows_through_an_index(
             assert "Seq Scan on awa_jobs_hot" not in plan_of(sql), (sql, plan_of(sql))
 
 
+def job_scans(sql: str) -> list[tuple[str, str, int]]:
+    """(node type, index name, rows it returned) of every scan of awa_jobs_hot that running
+    `sql` does (EXPLAIN ANALYZE): what the plan reads, whichever index a planner picks."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+        ((document,),) = cursor.fetchall()
+    found: list[tuple[str, str, int]] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        if node.get("Relation Name") == "awa_jobs_hot":
+            rows = int(node["Actual Rows"] * node["Actual Loops"])
+            found.append((node["Node Type"], node.get("Index Name", ""), rows))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(document[0]["Plan"])
+    return found
+
+
+# deep_table's jobs that are not completed: the only rows these figures need to read.
+LIVE_JOBS = 30000 // 60 * 7
+
+
+def assert_reads_only_live_jobs_from_indexes(sql: str) -> None:
+    """Each scan of the jobs is an index-only scan of one of awa's indexes and returns at
+    most the live jobs, never the 26,500 completed ones. PostgreSQL 15 and 18 pick different
+    partial indexes for the same query (18 skip-scans (queue, state)), both within this."""
+    scans = job_scans(sql)
+    assert scans, sql
+    for node, index, rows in scans:
+        assert node == "Index Only Scan" and index.startswith("awa_jobs_"), (scans, sql)
+        assert rows <= LIVE_JOBS, (scans, sql)
+
+
 @pytest.mark.usefixtures("deep_table")
 def test_the_summary_bar_and_the_depth_read_indexes_only() -> None:
     with CaptureQueriesContext(connection) as bar:
@@ -265,15 +299,14 @@ def test_the_summary_bar_and_the_depth_read_indexes_only() -> None:
     with CaptureQueriesContext(connection) as stats:
         figures.queue_stats()
     (counts,) = [q["sql"] for q in bar.captured_queries]
-    plan = plan_of(counts)
-    assert "awa_jobs_state_id_part_idx" in plan and "awa_jobs_dispatch_idx" in plan, plan
-    assert "Seq Scan on awa_jobs_hot" not in plan, plan
+    assert_reads_only_live_jobs_from_indexes(counts)
     depth = [q["sql"] for q in stats.captured_queries if '"awa_jobs_hot"' in q["sql"]]
     assert len(depth) == 3, depth  # the others' depth, throughput, available depth and lag
-    for sql in depth:
-        assert "Seq Scan on awa_jobs_hot" not in plan_of(sql), plan_of(sql)
-    assert "awa_jobs_state_id_part_idx" in plan_of(depth[0]), plan_of(depth[0])
-    assert "awa_jobs_dispatch_idx" in plan_of(depth[2]), plan_of(depth[2])
+    others, throughput, available = depth
+    assert_reads_only_live_jobs_from_indexes(others)
+    assert_reads_only_live_jobs_from_indexes(available)
+    # Throughput counts recent completions: an index, never the whole table.
+    assert all(node != "Seq Scan" for node, _, _ in job_scans(throughput)), job_scans(throughput)
 
 
 @pytest.mark.usefixtures("deep_table")

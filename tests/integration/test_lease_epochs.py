@@ -107,6 +107,7 @@ def test_worker_claims_take_a_later_epoch_on_every_new_connection() -> None:
     assert first.run_lease // EPOCH_SPACE < second.run_lease // EPOCH_SPACE
 
 
+@pytest.mark.exclusive  # the WAL positions are the server's: another test's writes move them
 def test_an_epoch_is_on_disk_before_the_take_returns_even_without_synchronous_commit() -> None:
     """A connection whose session commits without the flush wait (a user's OPTIONS, a
     role or server default) still gets an epoch no crash can lose: the take's commit

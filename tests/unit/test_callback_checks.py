@@ -32,6 +32,32 @@ def test_allowing_unsigned_requests_is_an_error_without_debug(settings, debug, i
     assert awa_ids(deploy=False) == ids
 
 
+@pytest.mark.parametrize(
+    ("awa", "debug", "ordinary", "deploy"),
+    [
+        # Production: an error everywhere, once.
+        ({}, False, ["awa.E010"], ["awa.E010"]),
+        ({"CALLBACK_SECRET": ""}, False, ["awa.E010"], ["awa.E010"]),
+        ({"CALLBACK_SECRETS": [""]}, False, ["awa.E010"], ["awa.E010"]),
+        # A new project (DEBUG on, secret not exported): a warning that does not stop
+        # migrate or the worker, and the error under --deploy.
+        ({}, True, ["awa.W013"], ["awa.W013", "awa.E010"]),
+        ({"CALLBACK_SECRETS": [""]}, True, ["awa.W013"], ["awa.W013", "awa.E010"]),
+        ({"CALLBACK_SECRET": STRONG}, True, [], []),
+    ],
+)
+def test_a_missing_or_empty_secret_is_reported_with_the_fix(settings, awa, debug, ordinary, deploy):
+    settings.DEBUG = debug
+    settings.AWA = awa
+    assert awa_ids(deploy=False) == ordinary
+    assert awa_ids(deploy=True) == deploy
+    for message in checks.run_checks(tags=[checks.Tags.security], include_deployment_checks=True):
+        if message.id in ("awa.E010", "awa.W013"):
+            assert "AWA_CALLBACK_SECRET" in message.msg
+            assert "export AWA_CALLBACK_SECRET=$(python -c" in (message.hint or "")
+            assert "CALLBACK_ALLOW_UNSIGNED" in (message.hint or "")
+
+
 def test_allowing_unsigned_requests_is_an_error_even_beside_a_secret(settings):
     # It has no effect while a secret is set, but unsetting the secret would open the door.
     settings.DEBUG = False

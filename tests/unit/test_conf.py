@@ -159,6 +159,10 @@ def test_with_overrides_ignores_none() -> None:
         ({"CALLBACK_SECRETS": ("new",)}, ("new",)),
         ({"CALLBACK_SECRETS": []}, ()),
         ({"CALLBACK_SECRETS": ["new"], "CALLBACK_SECRET": None}, ("new",)),
+        # `[os.environ.get("AWA_CALLBACK_SECRET", "")]` in a shell without it: no secret,
+        # which the system checks report with the fix (awa.E010 / awa.W013), not a crash.
+        ({"CALLBACK_SECRETS": [""]}, ()),
+        ({"CALLBACK_SECRETS": ["new", ""]}, ("new",)),
     ],
 )
 def test_callback_secret_is_a_one_element_callback_secrets(
@@ -174,11 +178,20 @@ def test_callback_secret_and_callback_secrets_together_are_refused() -> None:
         settings_from({"CALLBACK_SECRET": "a", "CALLBACK_SECRETS": ["b"]})
 
 
-@pytest.mark.parametrize("value", ["one-string", ["ok", ""], ["ok", None], [b"bytes"], 5])
-def test_callback_secrets_must_be_a_list_of_non_empty_strings(value: Any) -> None:
-    # A bare string would otherwise be a list of one-character secrets.
-    with pytest.raises(ImproperlyConfigured, match=r'AWA\["CALLBACK_SECRETS"\] must be a list'):
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # A bare string would otherwise be a list of one-character secrets.
+        ("one-string", r'AWA\["CALLBACK_SECRETS"\] must be a list of strings, .* got a str\.'),
+        (5, r'AWA\["CALLBACK_SECRETS"\] must be a list of strings, .* got a int\.'),
+        (["ok", None], r'AWA\["CALLBACK_SECRETS"\]\[1\] must be a string, got a NoneType\.'),
+        ([b"bytes"], r'AWA\["CALLBACK_SECRETS"\]\[0\] must be a string, got a bytes\.'),
+    ],
+)
+def test_callback_secrets_must_be_a_list_of_strings(value: Any, message: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message) as raised:
         settings_from({"CALLBACK_SECRETS": value})
+    assert "ok" not in str(raised.value).replace("NoneType", "")  # no value: it may be secret
 
 
 # -- queue names --------------------------------------------------------------------------

@@ -162,10 +162,8 @@ def _table(stats: list[QueueStats], window: int) -> str:
         for q in stats
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(_cell(v, w, i) for i, (v, w) in enumerate(zip(r, widths, strict=True)))
-        for r in rows
-    ]
+    text = [name in TEXT_COLUMNS for name in header]
+    lines = ["  ".join(map(_cell, r, widths, text)) for r in rows]
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -173,9 +171,13 @@ def _status(q: QueueStats) -> str:
     return "paused" if q.paused else "active"
 
 
-def _cell(value: str, width: int, index: int) -> str:
-    # Names and status read left-aligned, figures right-aligned.
-    return value.ljust(width) if index in (0, len(DEPTH_STATES) + 5) else value.rjust(width)
+# Columns of words read left-aligned, under their header; figures right-aligned. Named, not
+# numbered, so a new column cannot misalign them.
+TEXT_COLUMNS = frozenset({"queue", "status", "limits"})
+
+
+def _cell(value: str, width: int, text: bool) -> str:
+    return value.ljust(width) if text else value.rjust(width)
 
 
 def _unhandled_text(unhandled: dict[str, int]) -> str:

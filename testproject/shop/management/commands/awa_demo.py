@@ -35,6 +35,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self._require_migrated()
         demo.remove_demo_schedule()  # a fresh schedule: fires count from this run
+        if forgotten := demo.forget_previous_run():
+            self.say(f"deleted {forgotten} job rows of an earlier demo run")
         worker = demo.WorkerProcess(WORKER_FLAGS)
         self.say(f"started worker pid {worker.process.pid}: {' '.join(worker.command[1:])}")
         try:
@@ -69,8 +71,11 @@ class Command(BaseCommand):
             ) from exc
 
     def _report(self, run: demo.Run, worker: demo.WorkerProcess) -> None:
-        rows = [row for row, _ in run.jobs]
-        self.stdout.write("\nJobs:\n" + demo.table(rows, [want for _, want in run.jobs]))
+        found = demo.report(run)
+        rows = [row for row, _ in found.ran]
+        self.stdout.write("\nJobs:\n" + demo.table(rows, [want for _, want in found.ran]))
+        for note in demo.report_notes(found):
+            self.stdout.write(f"  {note}")
         events = worker.hook_lines() + [f"{line}  (web)" for line in hooks.OBSERVED]
         self.stdout.write("\nHook events observed (worker, and web for the callback):")
         for line in sorted(events):
