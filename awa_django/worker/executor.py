@@ -22,7 +22,7 @@ from django.db import close_old_connections
 
 from awa_django import tracing
 from awa_django.events import Event
-from awa_django.exceptions import OutcomeNotStored, StaleAttempt
+from awa_django.exceptions import OutcomeNotStored, StaleAttempt, UnknownJobKind
 from awa_django.execution import atomic, attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
@@ -55,8 +55,11 @@ class Executor:
         forced: Callable[[], bool],
         unknown_kind_grace: float = 0.0,
         metrics: WorkerMetrics | None = None,
+        refuse_kind: Callable[[str], None] = lambda kind: None,
     ) -> None:
         self.db = db
+        # Told the kinds this process cannot load a handler for (HandledKinds.refuse).
+        self.refuse_kind = refuse_kind
         self.hook_queue = hook_queue
         self.completer = completer
         self.inflight = inflight
@@ -135,6 +138,8 @@ class Executor:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # SystemExit from a handler must not end the worker
+            if isinstance(exc, UnknownJobKind):
+                self.refuse_kind(job.kind)
             return attempt.outcome_of_error(job, exc, self.unknown_kind_grace)
         return attempt.outcome_of_result(job, result)
 
