@@ -89,6 +89,7 @@ class Executor:
                     if span is not None:
                         tracing.mark_outcome(span, *_outcome_of(transition))
             finally:
+                self.inflight.ending(job)
                 release()
             seconds = time.monotonic() - started
             # One turn of the loop before the outcome: the dispatcher's next claim for the
@@ -120,6 +121,8 @@ class Executor:
         try:
             definition = attempt.load_handler(job)
             if attempt.runs_atomic(definition, job):
+                # Its outcome commits inside the handler's transaction, at any moment.
+                self.inflight.ending(job)
                 # Handler and outcome on the thread's own Django connection, in one
                 # transaction (decision 015); the loop waits without blocking.
                 return await asyncio.get_running_loop().run_in_executor(
