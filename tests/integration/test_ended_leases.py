@@ -14,8 +14,8 @@ import pytest
 
 from awa_django.execution.context import JobContext
 from awa_django.snapshot import JobSnapshot
-from awa_django.storage.query import Query
 from awa_django.storage.models import ActiveLease, Job
+from awa_django.storage.query import Query
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.database import Database
 from awa_django.worker.heartbeat import Heartbeat
