@@ -9,8 +9,8 @@ reaches a process of each kind set. Two cases still reach a worker without the h
 - a django.tasks task (its kind is an import path, resolved on demand) whose module this
   worker cannot import: the job is handed back once, and this process never claims that
   path again (`refuse`);
-- a job of a kind that no live worker lists, once it has been due for UNKNOWN_KIND_GRACE:
-  any worker may then claim it, and fails it (`unknown job kind`).
+- a job of a kind it lacks that has been due for UNKNOWN_KIND_GRACE: it claims it and fails
+  it (`unknown job kind`), as decision 011 failed a kind handed back for that long.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from awa_django.storage.sql.jobs import ClaimKinds
 
 
 class HandledKinds:
-    def __init__(self, grace: float, staleness: float) -> None:
+    def __init__(self, grace: float) -> None:
         # A grace of 0 fails an unknown kind at once: every kind is claimed, as before.
         self.grace = grace
-        self.staleness = staleness
         self._refused: set[str] = set()
         self._current: ClaimKinds | None = None
 
@@ -44,7 +43,6 @@ class HandledKinds:
                 dotted=registry.resolves_on_demand,
                 refused=tuple(sorted(self._refused)),
                 grace=self.grace,
-                staleness=self.staleness,
             )
         return self._current
 

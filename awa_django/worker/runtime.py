@@ -110,7 +110,7 @@ class Runtime:
         self.hook_queue = HookQueue(s.hook_backlog, overflow=s.hook_overflow)
         if self.metrics.enabled:
             self.hook_queue.on_delivered = self.metrics.hook_ran
-        self.handled = HandledKinds(s.unknown_kind_grace, s.heartbeat_staleness)
+        self.handled = HandledKinds(s.unknown_kind_grace)
         self.executor = Executor(
             self.db,
             self.completer,

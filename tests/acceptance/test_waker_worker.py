@@ -33,7 +33,7 @@ CLAIMS = re.compile(r'^awa_dispatch_claim_batch_size_count\{queue="acc"\} (\S+)$
 def role_holders(queue: str = "acc") -> list[str]:
     """The application names of the backends holding `queue`'s waker role (the role of
     the test project's kind set, which every worker here has: decision 032)."""
-    handled = HandledKinds(grace=3600, staleness=90).signature
+    handled = HandledKinds(grace=3600).signature
     key = waker_key(queue, handled) & 0xFFFFFFFFFFFFFFFF
     with connection.cursor() as cursor:
         cursor.execute(
