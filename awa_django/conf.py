@@ -119,8 +119,9 @@ class AwaSettings:
     # backlog drains: no event lost, the queue slows to the hooks' pace). Decision 010.
     hook_backlog: int = 10_000
     hook_overflow: str = "drop"
-    # A job whose kind no worker has a handler for is handed back (no attempt counted) for
-    # this long, so a rolling deploy never fails new work; then it fails. Decision 011.
+    # A job waits this long before a worker without its handler claims it and fails it, so
+    # a rolling deploy never fails new work (decisions 011 and 032); an import path a
+    # worker cannot resolve is handed back for as long.
     unknown_kind_grace: float = 3600.0
     # AWA["WORKER"]["max_workers"]: one process's slots shared by weight among its queues
     # (None: each queue has its own fixed `concurrency`, as before). Decision 017.

@@ -186,10 +186,14 @@ _UNKNOWN_KIND = f"{UnknownJobKind.__module__}.{UnknownJobKind.__qualname__}"
 def plan_unknown_kind(row: JobSnapshot, error: UnknownJobKind, grace: float) -> Transition:
     """A worker without the handler hands the job back, its attempt not counted, so a
     rolling deploy never fails new work; once the kind has gone unhandled for `grace`
-    seconds since the first hand-back, the job fails (decision 011)."""
+    seconds since the first hand-back, the job fails (decision 011). A worker claims a
+    kind it lacks only once the job has been due for `grace` (decision 032): it fails at
+    that claim."""
     since = handed_back_since(row)
     now = row.attempted_at or row.run_at
-    unhandled_for = 0.0 if since is None else (now - since).total_seconds()
+    unhandled_for = max(
+        0.0 if since is None else (now - since).total_seconds(), (now - row.run_at).total_seconds()
+    )
     if grace <= 0 or unhandled_for >= grace:
         waited = "" if grace <= 0 else f" (no worker has run this kind for {grace:.0f}s)"
         return Transition(

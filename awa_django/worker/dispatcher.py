@@ -29,6 +29,7 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.worker.claim_floor import ClaimFloor
 from awa_django.worker.database import TRANSIENT_ERRORS, Backoff, Database
+from awa_django.worker.handled_kinds import HandledKinds
 from awa_django.worker.metrics import WorkerMetrics
 from awa_django.worker.rate_gate import RateGate, rate_gate
 from awa_django.worker.slots import FixedSlots
@@ -71,8 +72,11 @@ class Dispatcher:
         standby_interval: float | None = None,
         starts_at_once: Callable[[JobSnapshot], bool] = lambda row: False,
         lease_now: bool = True,
+        handled: HandledKinds | None = None,
     ) -> None:
         self.queue = queue
+        # The kinds its claims take (None: every kind); its role is per kind set.
+        self.handled = handled
         # Whether claims write the leases, or the heartbeat does (attempt.lease_at_claim).
         self.lease_now = lease_now
         self.db = db
@@ -200,6 +204,7 @@ class Dispatcher:
                 deadline_seconds=self.queue.deadline,
                 lease_now=self.lease_now,
                 after=start,
+                kinds=self.handled.claim_kinds() if self.handled else None,
             )
         )
         self.metrics.claimed(self.queue.name, len(rows), time.monotonic() - began)

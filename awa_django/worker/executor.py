@@ -22,7 +22,7 @@ from django.db import close_old_connections
 
 from awa_django import tracing
 from awa_django.events import Event
-from awa_django.exceptions import StaleAttempt
+from awa_django.exceptions import StaleAttempt, UnknownJobKind
 from awa_django.execution import atomic, attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
@@ -56,8 +56,11 @@ class Executor:
         forced: Callable[[], bool],
         unknown_kind_grace: float = 0.0,
         metrics: WorkerMetrics | None = None,
+        refuse_kind: Callable[[str], None] = lambda kind: None,
     ) -> None:
         self.db = db
+        # Told the kinds this process cannot load a handler for (HandledKinds.refuse).
+        self.refuse_kind = refuse_kind
         self.hook_queue = hook_queue
         self.completer = completer
         self.inflight = inflight
@@ -87,6 +90,7 @@ class Executor:
                     if span is not None:
                         tracing.mark_outcome(span, *_outcome_of(transition))
             finally:
+                self.inflight.ending(job)
                 release()
             seconds = time.monotonic() - started
             # One turn of the loop before the outcome: the dispatcher's next claim for the
@@ -118,6 +122,8 @@ class Executor:
         try:
             definition = attempt.load_handler(job)
             if attempt.runs_atomic(definition, job):
+                # Its outcome commits inside the handler's transaction, at any moment.
+                self.inflight.ending(job)
                 # Handler and outcome on the thread's own Django connection, in one
                 # transaction (decision 015); the loop waits without blocking.
                 return await asyncio.get_running_loop().run_in_executor(
@@ -136,6 +142,8 @@ class Executor:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # SystemExit from a handler must not end the worker
+            if isinstance(exc, UnknownJobKind):
+                self.refuse_kind(job.kind)
             return attempt.outcome_of_error(job, exc, self.unknown_kind_grace)
         return attempt.outcome_of_result(job, result)
 

@@ -49,7 +49,8 @@ class Listener:
         self._ask = asyncio.Event()
         if db.listen_kwargs is not None:
             for dispatcher in dispatchers:
-                dispatcher.role = WakerRole(dispatcher.queue.name, self)
+                handled = dispatcher.handled.signature if dispatcher.handled else ""
+                dispatcher.role = WakerRole(dispatcher.queue.name, self, handled)
 
     @property
     def listening(self) -> bool:

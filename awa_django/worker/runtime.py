@@ -22,6 +22,7 @@ from awa_django.worker.database import TRANSIENT_ERRORS, Database
 from awa_django.worker.dispatcher import Dispatcher
 from awa_django.worker.executor import Executor
 from awa_django.worker.fair_share import FairShare
+from awa_django.worker.handled_kinds import HandledKinds
 from awa_django.worker.health import DatabaseProbe, HealthServer
 from awa_django.worker.heartbeat import Heartbeat
 from awa_django.worker.hook_queue import HookQueue
@@ -109,6 +110,7 @@ class Runtime:
         self.hook_queue = HookQueue(s.hook_backlog, overflow=s.hook_overflow)
         if self.metrics.enabled:
             self.hook_queue.on_delivered = self.metrics.hook_ran
+        self.handled = HandledKinds(s.unknown_kind_grace)
         self.executor = Executor(
             self.db,
             self.completer,
@@ -119,6 +121,7 @@ class Runtime:
             lambda: self.forced,
             s.unknown_kind_grace,
             self.metrics,
+            refuse_kind=self.handled.refuse,
         )
         self.dispatchers = [
             Dispatcher(
@@ -133,6 +136,7 @@ class Runtime:
                 standby_interval=s.standby_poll_interval,
                 starts_at_once=self.executor.runs_on_loop,
                 lease_now=attempt.lease_at_claim(q, s.heartbeat_interval),
+                handled=self.handled,
             )
             for q in self.queues
         ]

@@ -70,9 +70,11 @@ class EveryProcess:
 class WakerRole:
     """One queue's role in this process."""
 
-    def __init__(self, queue: str, session: Session) -> None:
+    def __init__(self, queue: str, session: Session, handled: str = "") -> None:
         self.queue = queue
-        self.key = wakers_sql.waker_key(queue)
+        # One role per queue and kind set (HandledKinds.signature, decision 032): a holder
+        # that lacks a kind never keeps the hint of its enqueue from a worker that has it.
+        self.key = wakers_sql.waker_key(queue, handled)
         self.channel = role_channel_for(queue)
         self.hint_channel = channel_for(queue)
         self.session = session

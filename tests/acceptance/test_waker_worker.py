@@ -15,6 +15,7 @@ from django.db import connection
 
 import awa_django
 from awa_django.storage.sql.wakers import waker_key
+from awa_django.worker.handled_kinds import HandledKinds
 from testproject.testjobs.jobs import AccNoop
 from testproject.testjobs.models import Execution
 
@@ -30,8 +31,10 @@ CLAIMS = re.compile(r'^awa_dispatch_claim_batch_size_count\{queue="acc"\} (\S+)$
 
 
 def role_holders(queue: str = "acc") -> list[str]:
-    """The application names of the backends holding `queue`'s waker role."""
-    key = waker_key(queue) & 0xFFFFFFFFFFFFFFFF
+    """The application names of the backends holding `queue`'s waker role (the role of
+    the test project's kind set, which every worker here has: decision 032)."""
+    handled = HandledKinds(grace=3600).signature
+    key = waker_key(queue, handled) & 0xFFFFFFFFFFFFFFFF
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "

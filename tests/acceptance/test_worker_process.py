@@ -271,22 +271,28 @@ def test_ctrl_c_on_the_supervisor_drains_its_children(start_worker):
     assert "second stop signal" not in supervisor.output()
 
 
-def test_bad_args_fail_and_an_unknown_kind_is_handed_back_while_the_worker_goes_on(
+def test_bad_args_fail_and_unknown_kinds_are_left_to_others_while_the_worker_goes_on(
     start_worker,
 ):
     unknown = awa_django.enqueue({"x": 1}, kind="acc_no_such_kind", queue="acc")
+    path = awa_django.enqueue({"x": 1}, kind="testproject.no_such_module.task", queue="acc")
     bad_args = awa_django.enqueue({"seconds": "soon"}, kind="acc_sleep", queue="acc")
-    worker = start_worker("--queue", "acc=2")
+    worker = start_worker("--queue", "acc=2", "--worker-id", "w")
     wait_until(lambda: state_of(bad_args.id) == "failed", what="bad args to fail")
     assert "args do not fit AccSleep" in Job.objects.get(id=bad_args.id).errors[-1]["error"]
-    # A kind this worker has no handler for is handed back (a rolling deploy), uncounted.
-    wait_until(lambda: Job.objects.get(id=unknown.id).errors, what="the hand-back")
-    handed_back = Job.objects.get(id=unknown.id)
-    assert handed_back.state in ("scheduled", "available", "running")
-    assert handed_back.attempt <= 1 and handed_back.errors[0]["type"].endswith("UnknownJobKind")
-    assert "handed back" in handed_back.errors[0]["error"]
+    # An import path (a django.tasks kind, resolved on demand) that this worker cannot
+    # resolve is handed back once, uncounted, and never claimed by it again; a kind it
+    # does not list it never claims (decision 032).
+    wait_until(lambda: Job.objects.get(id=path.id).errors, what="the hand-back")
+    wait_until(lambda: state_of(path.id) == "available", what="the promotion")
     after = awa_django.enqueue(AccNoop(1))
     wait_until(lambda: state_of(after.id) == "completed", what="the worker to go on")
+    handed_back = Job.objects.get(id=path.id)
+    assert (handed_back.attempt, handed_back.attempted_by) == (0, ["w"])
+    [entry] = handed_back.errors
+    assert entry["type"].endswith("UnknownJobKind") and "handed back" in entry["error"]
+    untouched = Job.objects.get(id=unknown.id)
+    assert (untouched.state, untouched.attempt, untouched.errors) == ("available", 0, [])
     assert worker.stop() == 0
 
 

@@ -187,3 +187,21 @@ def test_lease_delete_orphans_drops_stale_leases_whose_job_no_longer_runs_under_
     assert sorted(ActiveLease.objects.values_list("job_id", flat=True)) == sorted(
         [stale_but_running.id, fresh_orphan.id]
     )
+
+
+def test_lease_delete_ended_drops_only_the_leases_of_attempts_that_ended() -> None:
+    """Decision 033: a late lease (its job completed under it) goes; the lease of an
+    attempt still running, and a lease of the job's later attempt, stay."""
+    ended, still_running, reclaimed = running(), running(), running()
+    Job.objects.filter(id=ended.id).update(state="completed")
+    ActiveLease.objects.filter(job_id=reclaimed.id).update(run_lease=reclaimed.run_lease + 1)
+    Job.objects.filter(id=reclaimed.id).update(run_lease=reclaimed.run_lease + 1)
+    removed = run(
+        leases_sql.lease_delete_ended,
+        ids=[ended.id, still_running.id, reclaimed.id],
+        leases=[ended.run_lease, still_running.run_lease, reclaimed.run_lease],
+    )
+    assert removed == 1
+    assert sorted(ActiveLease.objects.values_list("job_id", flat=True)) == sorted(
+        [still_running.id, reclaimed.id]
+    )

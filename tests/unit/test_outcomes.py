@@ -378,6 +378,16 @@ def test_after_the_grace_the_job_fails_for_good() -> None:
     assert failed.error == "unknown job kind: x (no worker has run this kind for 3600s)"
 
 
+def test_a_job_claimed_once_it_was_due_for_the_grace_fails_without_a_hand_back() -> None:
+    """Workers claim a kind no live worker lists only once its job has been due for the
+    grace (decision 032): that claim fails it, counting the grace from run_at."""
+    row = make_row(run_at=NOW - dt.timedelta(seconds=3600), attempted_at=NOW)
+    failed = plan_unknown_kind(row, UnknownJobKind("unknown job kind: x"), 3600)
+    assert (failed.state, failed.event, failed.terminal) == ("failed", Exhausted, True)
+    early = make_row(run_at=NOW - dt.timedelta(seconds=3599), attempted_at=NOW)
+    assert plan_unknown_kind(early, UnknownJobKind("x"), 3600).state == "scheduled"
+
+
 def test_a_grace_of_zero_fails_at_once_and_other_entries_do_not_count() -> None:
     at_once = plan_unknown_kind(make_row(), UnknownJobKind("unknown job kind: x"), 0)
     assert (at_once.state, at_once.error) == ("failed", "unknown job kind: x")

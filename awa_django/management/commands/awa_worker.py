@@ -32,8 +32,8 @@ TIMING_FLAGS = {
     "leader_ttl": "seconds a maintenance leader lease lasts (default 30)",
     "election_interval": "seconds between election attempts of non-leaders (default 10)",
     "shutdown_grace": "seconds in-flight jobs get to finish on SIGTERM (default 30)",
-    "unknown_kind_grace": "seconds a kind without a handler is handed back before its jobs "
-    "fail (default 3600; 0 fails them at once)",
+    "unknown_kind_grace": "seconds a job waits before a worker without its handler claims "
+    "and fails it (default 3600; 0 claims every kind and fails unknown ones at once)",
 }
 
 

@@ -8,6 +8,7 @@ import functools
 import json
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
 from awa_django.snapshot import JobSnapshot, assemble
@@ -238,7 +239,8 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 # Params: queue, limit, worker_id, and deadline_seconds (0 = no deadline) when it writes the
 # leases (`lease_now`); the `_after` form
 # also floor_priority, floor_run_at, floor_id: the dispatch key of the last row this
-# dispatcher claimed (worker/claim_floor.py, decision 027).
+# dispatcher claimed (worker/claim_floor.py, decision 027). A worker's kinds (ClaimKinds,
+# decision 032) are written into the text, not passed.
 # Index: awa_jobs_dispatch_idx (queue, priority, run_at, id) WHERE state='available'. The
 # floor's row comparison is a start key of that index scan (queue is an equality on the
 # leading column), so the scan begins at the floor instead of walking the entries of every
@@ -268,7 +270,7 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 # then it jumps above every epoch taken so far, which a lost claim's run_lease is below.
 # The epoch is a MATERIALIZED CTE so that set_config runs once per claim that updates a
 # row (never for an empty claim, which writes nothing anyway).
-def _claim_sql(after_floor: str, limit: str, lease_now: bool) -> str:
+def _claim_sql(after_floor: str, limit: str, lease_now: bool, kinds: str = "") -> str:
     leased = _CLAIM_LEASES if lease_now else ""
     return f"""
 WITH lease_epoch AS MATERIALIZED (
@@ -279,7 +281,7 @@ WITH lease_epoch AS MATERIALIZED (
          AS setting
 ), candidates AS (
     SELECT id FROM awa_jobs_hot
-    WHERE state = 'available' AND queue = %(queue)s AND run_at <= now(){after_floor}
+    WHERE state = 'available' AND queue = %(queue)s AND run_at <= now(){after_floor}{kinds}
       AND NOT EXISTS (SELECT 1 FROM awa_queue_state qs
                       WHERE qs.queue = %(queue)s AND qs.paused)
     ORDER BY priority, run_at, id
@@ -330,12 +332,53 @@ _FLOOR = (
 LITERAL_LIMITS = 128
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimKinds:
+    """The kinds a worker claims (decision 032): those it has a handler for, the import
+    paths of django.tasks tasks when it resolves them (`dotted`) except those it could not
+    resolve (`refused`), and any other kind once a job of it has been due for `grace`
+    seconds, so that it fails (the worker that claims it has no handler)."""
+
+    known: tuple[str, ...]
+    dotted: bool
+    refused: tuple[str, ...]
+    grace: float
+
+
+# The filter is written into the claim's text, not passed: a worker's kinds are fixed for
+# its life (its refused paths change rarely, each a new text), and as a constant the array
+# is hashed once per plan (PostgreSQL 14+), where a parameter of a generic plan would be
+# searched element by element for every row. It is a filter on the dispatch index scan,
+# not a condition of it: a claim walks past the available jobs of kinds it lacks (only a
+# rolling deploy leaves any at the head of a queue, and the claim floor skips them between
+# full scans). Trap: no sub-select here. A `NOT EXISTS` on awa_worker_instances (to spare
+# a kind some live worker lists) made PostgreSQL reject the generic plan of the floor form
+# and plan 1,254 of 1,769 claims of a 10,000-job drain anew: +35 % backend CPU per job.
+def _kinds_filter(kinds: ClaimKinds | None) -> str:
+    if kinds is None:
+        return ""
+    branches = [f"kind = ANY({_text_literal(kinds.known)}::text[])"]
+    if kinds.dotted:
+        refused = f" AND kind <> ALL({_text_literal(kinds.refused)}::text[])"
+        branches.append(f"strpos(kind, '.') > 0{refused if kinds.refused else ''}")
+    branches.append(f"run_at <= now() - make_interval(secs => {float(kinds.grace)!r})")
+    return "\n      AND (" + "\n           OR ".join(branches) + ")"
+
+
+def _text_literal(values: Sequence[str]) -> str:
+    """A text[] literal as a quoted SQL constant, `%` doubled for the parameter syntax."""
+    return "'" + text_array(values).replace("'", "''").replace("%", "%%") + "'"
+
+
 @functools.cache
-def _claim_statement(after: bool, limit: int | None, lease_now: bool) -> Statement:
-    """The claim's text for a floor or none, a written-in limit or `%(limit)s`, and
-    whether it writes the leases."""
+def _claim_statement(
+    after: bool, limit: int | None, lease_now: bool, kinds: ClaimKinds | None = None
+) -> Statement:
+    """The claim's text for a floor or none, a written-in limit or `%(limit)s`, whether it
+    writes the leases, and the kinds it takes (None: every kind)."""
     written = "%(limit)s" if limit is None else str(limit)
-    return Statement("job_claim_many", _claim_sql(_FLOOR if after else "", written, lease_now))
+    text = _claim_sql(_FLOOR if after else "", written, lease_now, _kinds_filter(kinds))
+    return Statement("job_claim_many", text)
 
 
 def job_claim_many(
@@ -346,9 +389,11 @@ def job_claim_many(
     deadline_seconds: float,
     lease_now: bool,
     after: DispatchKey | None = None,
+    kinds: ClaimKinds | None = None,
 ) -> Query[list[JobSnapshot]]:
     """Claim up to `limit` available jobs in dispatch order; with `after`, only those whose
-    dispatch key is greater (the rest of a pass through the queue)."""
+    dispatch key is greater (the rest of a pass through the queue); with `kinds`, only
+    those (ClaimKinds)."""
     params: dict[str, object] = {"queue": queue, "worker_id": worker_id}
     if lease_now:
         params["deadline_seconds"] = deadline_seconds
@@ -357,7 +402,7 @@ def job_claim_many(
     written = 0 < limit <= LITERAL_LIMITS
     if not written:
         params["limit"] = limit
-    statement = _claim_statement(after is not None, limit if written else None, lease_now)
+    statement = _claim_statement(after is not None, limit if written else None, lease_now, kinds)
     return Query(statement, params, query.jobs)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
+from awa_django.storage.sql.arrays import int_array
 from awa_django.storage.sql.fragments import LAST_EPOCH, LEASE_EPOCH_SETTING
 
 # No params. Run once on each runtime connection as it opens, in autocommit, before any
@@ -54,7 +55,8 @@ def _epoch(rows: query.Rows, count: int) -> int | None:
 # gets its worker and claim time.
 # A lease left by an earlier attempt of the job is taken over; a later attempt's lease is
 # never overwritten (run_lease only grows). A job that ends while the beat runs may keep a
-# lease the beat wrote after its outcome's delete: lease_delete_orphans removes it.
+# lease the beat wrote after its outcome's delete: the same worker's heartbeat removes it
+# once the outcome committed (lease_delete_ended, decision 033).
 LEASE_HEARTBEAT_MANY = Statement(
     "lease_heartbeat_many",
     """
@@ -115,6 +117,30 @@ WHERE l.job_id = ANY(%(ids)s::int8[]) AND j.id = l.job_id
 
 def lease_delete_for_jobs(*, ids: list[int]) -> Query[int]:
     return Query(LEASE_DELETE_FOR_JOBS, {"ids": ids}, query.rowcount)
+
+
+# Params: ids int8[], leases int8[] (sorted by id): attempts this worker's heartbeat beat
+# while they were ending, whose outcome has since committed (decision 033). Deletes their
+# lease unless the job still runs under it (an outcome given up at a forced stop leaves
+# the attempt to rescue, which reads the lease). A later attempt's lease has another
+# run_lease and is left alone. Index: awa_active_leases primary key, then the job's.
+LEASE_DELETE_ENDED = Statement(
+    "lease_delete_ended",
+    """
+DELETE FROM awa_active_leases l
+USING unnest(%(ids)s::int8[], %(leases)s::int8[]) AS t(id, run_lease)
+WHERE l.job_id = t.id AND l.run_lease = t.run_lease
+  AND NOT EXISTS (SELECT 1 FROM awa_jobs_hot j
+                  WHERE j.id = l.job_id AND j.run_lease = l.run_lease AND j.state = 'running')
+""",
+    returns_rows=False,
+)
+
+
+def lease_delete_ended(*, ids: list[int], leases: list[int]) -> Query[int]:
+    return Query(
+        LEASE_DELETE_ENDED, {"ids": int_array(ids), "leases": int_array(leases)}, query.rowcount
+    )
 
 
 # Params: staleness_seconds. Removes stale leases whose job no longer runs under them (a

@@ -26,11 +26,13 @@ def _set_if_default(setting: str, value: str) -> str:
 _KEY_PREFIX = b"awa_django waker:"
 
 
-def waker_key(queue: str) -> int:
-    """The queue's role as a signed 64-bit advisory lock key. 64 bits, not the two-int4
-    form: two queues sharing a key would let one process's role shut the other queue's
-    processes out of theirs, and every pickup on it would wait for a standby poll."""
-    digest = hashlib.blake2b(_KEY_PREFIX + queue.encode(), digest_size=8).digest()
+def waker_key(queue: str, handled: str = "") -> int:
+    """The role of the queue (for the processes whose kind set `handled` names; "" for
+    every kind, as earlier releases) as a signed 64-bit advisory lock key. 64 bits, not the
+    two-int4 form: two queues sharing a key would let one process's role shut the other
+    queue's processes out of theirs, and every pickup on it would wait for a standby poll."""
+    name = queue.encode() + (b"\0" + handled.encode() if handled else b"")
+    digest = hashlib.blake2b(_KEY_PREFIX + name, digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
