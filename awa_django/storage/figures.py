@@ -199,7 +199,8 @@ def unhandled_kinds(*, using: str | None = None) -> dict[str, int]:
     """Kinds with jobs waiting to run (scheduled, available, retryable) that no live worker
     has a handler for, with how many jobs wait: what waits for new workers during a rolling
     deploy, or a kind whose worker is missing. Empty while no worker is live (nothing to
-    compare with). Cost: one pass over the waiting jobs, like the queue depths, plus the worker rows."""
+    compare with). Cost: one pass over the waiting jobs, like the queue depths, plus the
+    worker rows."""
     workers = live_workers(using=using)
     if not workers:
         return {}
