@@ -19,7 +19,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from awa_django.channels import channel_sql
 from awa_django.snapshot import COLUMNS, JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
@@ -31,6 +30,7 @@ from awa_django.storage.sql.fragments import (
     append_error,
     error_entry,
 )
+from awa_django.storage.sql.transitions import CALLBACK_CLEARED, COMPLETE, RETRY, released, update
 
 # The guard shared by complete, fail, resume and resolve: waiting_external, or still
 # running (the handler registered the callback but has not parked yet: the early-callback
@@ -41,25 +41,21 @@ _PENDING = """callback_id = %(callback_id)s::uuid
 
 # A finished job owns no lease: deleting by job_id also drops the lease of a job that was
 # still running when its callback was resolved, so that attempt's heartbeat learns it lost.
-_RELEASE = "DELETE FROM awa_active_leases l USING moved m WHERE l.job_id = m.id"
+_RELEASED = released("moved")
 
 
 def _pending(callback_id: uuid.UUID, run_lease: int | None) -> dict[str, object]:
     return {"callback_id": callback_id, "run_lease": run_lease}
 
 
-# Params: callback_id uuid, run_lease int8|NULL. T13: → completed; finalized_at now,
-# callback, progress and any unread resume payload cleared, lease deleted.
+# Params: callback_id uuid, run_lease int8|NULL. T13 (transitions.COMPLETE, no result):
+# the callback, and any unread resume payload, consumed; lease deleted.
 JOB_COMPLETE_EXTERNAL = Statement(
     "job_complete_external",
     f"""
 WITH moved AS (
-    UPDATE awa_jobs_hot
-    SET state = 'completed', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL, progress = NULL, callback_result = NULL
-    WHERE {_PENDING}
-    RETURNING {JOB_COLUMNS}
-), released AS ({_RELEASE})
+    {update(COMPLETE, *CALLBACK_CLEARED, where=_PENDING, returning=JOB_COLUMNS, alias="")}
+), {COMPLETE.released("moved")}
 SELECT * FROM moved
 """,
 )
@@ -101,7 +97,7 @@ WITH failed AS (
     SELECT * FROM failed
     UNION ALL
     SELECT {dead_letters.AS_FAILED_JOB} FROM entered d JOIN dead m ON m.id = d.id
-), released AS ({_RELEASE})
+), {_RELEASED}
 SELECT * FROM moved
 """,
 )
@@ -124,8 +120,8 @@ def job_fail_external(
     return Query(JOB_FAIL_EXTERNAL, params, query.first_job)
 
 
-# Params: callback_id uuid. T15: waiting_external only (a running handler still owns its
-# attempt) → available with attempt reset, run_at now, callback cleared. The CTE locks the
+# Params: callback_id uuid. T15 (transitions.RETRY): waiting_external only (a running
+# handler still owns its attempt). The CTE locks the
 # row first so the parked attempt (needed by the Retried event) is read from the very row
 # version the UPDATE replaces; PostgreSQL 15 has no RETURNING OLD. Returns the job row, then
 # parked_attempt, then the NOTIFY that wakes the queue's dispatchers on commit.
@@ -134,17 +130,19 @@ JOB_RETRY_EXTERNAL = Statement(
     f"""
 WITH target AS (
     SELECT id, attempt AS parked_attempt FROM awa_jobs_hot
-    WHERE callback_id = %(callback_id)s::uuid AND state = 'waiting_external'
+    WHERE callback_id = %(callback_id)s::uuid AND {RETRY.guard()}
     FOR UPDATE
 ), moved AS (
-    UPDATE awa_jobs_hot j
-    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
-        callback_id = NULL, callback_timeout_at = NULL, callback_result = NULL
-    FROM target t
-    WHERE j.id = t.id AND j.state = 'waiting_external'
-    RETURNING {J_JOB_COLUMNS}, t.parked_attempt
-), released AS ({_RELEASE})
-SELECT {JOB_COLUMN_NAMES}, parked_attempt, pg_notify({channel_sql("queue")}, '')::text
+    {
+        update(
+            RETRY,
+            source="target t",
+            where=f"j.id = t.id AND {RETRY.guard('j')}",
+            returning=f"{J_JOB_COLUMNS}, t.parked_attempt",
+        )
+    }
+), {RETRY.released("moved")}
+SELECT {JOB_COLUMN_NAMES}, parked_attempt, {RETRY.notify_row()}
 FROM moved
 """,
 )
