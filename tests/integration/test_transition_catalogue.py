@@ -1,0 +1,376 @@
+"""The transition catalogue (storage/sql/transitions.py, decision 041): every catalogued
+transition through every selector that applies leaves the same row, the same lease rows,
+the same NOTIFYs and the same events; and the rows the worker rebuilds in Python instead
+of reading them back (`completer._completed`, `jobs._written`) equal the rows the
+database holds, on both schedulers.
+
+Transactional tests: the worker's statements and the listeners run on connections of
+their own, so every row is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import select
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+import awa_django
+from awa_django.bulk import ACTION_STATES, BulkAction, JobFilter
+from awa_django.channels import CANCEL_CHANNEL, channel_for
+from awa_django.events import Event
+from awa_django.execution.context import JobContext
+from awa_django.execution.inline import run_available
+from awa_django.snapshot import COLUMNS, JobSnapshot
+from awa_django.storage.models import ActiveLease, Job
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import transitions
+from awa_django.testing import capture_events
+from awa_django.worker import completer as completer_module
+from awa_django.worker.completer import Completer
+from awa_django.worker.database import Database
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE = "catalogue"
+# Normalised: ids and the database clock's times (only whether they are set is compared).
+# callback_id too: each job needs its own (a unique index).
+SET_OR_NOT = (
+    "created_at",
+    "run_at",
+    "attempted_at",
+    "finalized_at",
+    "callback_timeout_at",
+    "callback_id",
+)
+# A kind no hook of the test project listens to: its completions take the lean batch.
+UNHOOKED = "catalogue_unhooked"
+CALLBACK = ("callback_id", "callback_timeout_at", "callback_result")
+
+
+def _row(job_id: int) -> dict[str, Any]:
+    stored: dict[str, Any] = dict(Job.objects.filter(id=job_id).values().get())
+    del stored["id"]
+    return stored | {name: stored[name] is not None for name in SET_OR_NOT}
+
+
+def _job(state: str, **fields: Any) -> Job:
+    """A job in `state` as its attempt left it, with a lease when one runs or is parked."""
+    defaults: dict[str, Any] = {
+        "queue": QUEUE,
+        "kind": UNHOOKED,
+        "args": {"order_id": 1},
+        "attempt": 2,
+        "run_lease": 7,
+        "errors": [{"error": "earlier", "attempt": 1, "at": "2026-01-01T00:00:00+00:00"}],
+        "progress": {"percent": 50},
+        "metadata": {"cursor": 3},
+    }
+    if state == "waiting_external":
+        defaults |= {
+            "callback_id": uuid.uuid4(),
+            "callback_timeout_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+            "callback_result": {"early": True},
+        }
+    job: Job = JobFactory(state=state, **(defaults | fields))
+    if state in ("running", "waiting_external"):
+        ActiveLease.objects.create(
+            job_id=job.pk, run_lease=job.run_lease, queue=QUEUE, worker_id="w"
+        )
+    return job
+
+
+def _token(job: Job) -> uuid.UUID:
+    assert job.callback_id is not None
+    return job.callback_id
+
+
+@contextmanager
+def _listening(*channels: str) -> Iterator[list[tuple[str, str]]]:
+    """The (channel, payload) NOTIFYs on `channels` committed inside the block."""
+    heard: list[tuple[str, str]] = []
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as listener:
+        for channel in channels:
+            listener.execute(f'LISTEN "{channel}"')
+        yield heard
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            select.select([listener.fileno()], [], [], max(end - time.monotonic(), 0))
+            heard += [(n.channel, n.payload) for n in listener.notifies(timeout=0, stop_after=50)]
+
+
+def _names(events: list[Event]) -> list[str]:
+    return [type(event).__name__ for event in events]
+
+
+def _apply(action: Callable[[], object]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Run `action`; the events it fired and the NOTIFYs it sent."""
+    with capture_events() as captured, _listening(channel_for(QUEUE), CANCEL_CHANNEL) as heard:
+        action()
+    return _names(list(captured.events)), heard
+
+
+# -- the catalogue's own data --------------------------------------------------------------
+def test_the_operator_retry_is_the_callback_retry_with_the_priority_restored() -> None:
+    retry, operator = transitions.RETRY, transitions.OPERATOR_RETRY
+    assert operator.sets == retry.sets + transitions.PRIORITY_RESTORED
+    assert (operator.state, operator.releases, operator.notify) == (
+        retry.state,
+        retry.releases,
+        retry.notify,
+    )
+    # retry_many and bulk_retry take the same states: the bulk action's.
+    assert [str(s) for s in operator.sources] == list(ACTION_STATES[BulkAction.RETRY])
+
+
+def test_cancel_takes_every_state_the_bulk_cancel_takes() -> None:
+    terminal = {"completed", "failed", "cancelled"}
+    assert transitions.CANCEL.sources == ()  # any state that is not terminal
+    assert not terminal & set(ACTION_STATES[BulkAction.CANCEL])
+    guard = transitions.CANCEL.guard("j")
+    assert guard == "j.state NOT IN ('completed', 'failed', 'cancelled')"
+
+
+def test_an_input_the_move_does_not_take_is_refused() -> None:
+    with pytest.raises(ValueError, match="takes no input"):
+        transitions.RETRY.assignments(result="NULL")
+
+
+# -- retry: by ids (retry_many), by bulk window (bulk_retry), by callback id ---------------
+RETRY_SELECTORS: dict[str, Callable[[Job], object]] = {
+    "ids": lambda job: awa_django.Client().retry_many([job.pk]),
+    "bulk_window": lambda job: awa_django.Client().bulk_retry(JobFilter(queue=QUEUE)),
+    "callback_id": lambda job: awa_django.Client().retry_external(_token(job)),
+}
+# What each selector's verb announces: an operator's retry none (decision 018).
+RETRY_EVENTS = {"ids": [], "bulk_window": [], "callback_id": ["Retried"]}
+
+
+def _retried(selector: str) -> tuple[dict[str, Any], list[str], list[tuple[str, str]]]:
+    job = _job("waiting_external", priority=2)
+    events, heard = _apply(lambda: RETRY_SELECTORS[selector](job))
+    assert not ActiveLease.objects.filter(job_id=job.pk).exists()
+    return _row(job.pk), events, heard
+
+
+def test_retry_leaves_the_same_row_through_every_selector() -> None:
+    results = {selector: _retried(selector) for selector in RETRY_SELECTORS}
+    rows = {selector: row for selector, (row, _, _) in results.items()}
+    assert rows["ids"] == rows["bulk_window"] == rows["callback_id"]
+    row = rows["ids"]
+    assert (row["state"], row["attempt"], row["run_lease"]) == ("available", 0, 7)
+    assert (row["finalized_at"], row["callback_id"], row["callback_result"]) == (False, False, None)
+    assert row["errors"][0]["error"] == "earlier" and row["progress"] == {"percent": 50}
+    for selector, (_, events, heard) in results.items():
+        assert events == RETRY_EVENTS[selector], selector
+        assert heard and {channel for channel, _ in heard} == {channel_for(QUEUE)}, selector
+
+
+def test_an_operator_retry_restores_the_enqueued_priority_a_callback_retry_keeps_it() -> None:
+    aged = {"priority": 1, "original_priority": 3}
+    by_operator = _job("waiting_external", **aged)
+    by_callback = _job("waiting_external", **aged)
+    awa_django.Client().retry_many([by_operator.pk])
+    awa_django.Client().retry_external(_token(by_callback))
+    assert (_row(by_operator.pk)["priority"], _row(by_operator.pk)["original_priority"]) == (
+        3,
+        None,
+    )
+    assert (_row(by_callback.pk)["priority"], _row(by_callback.pk)["original_priority"]) == (1, 3)
+
+
+# -- cancel: by ids (cancel_many), by bulk window (bulk_cancel), from every state ---------
+CANCEL_SELECTORS: dict[str, Callable[[Job], object]] = {
+    "ids": lambda job: awa_django.Client().cancel_many([job.pk]),
+    "bulk_window": lambda job: awa_django.Client().bulk_cancel(JobFilter(queue=QUEUE)),
+}
+
+
+@pytest.mark.parametrize("state", ACTION_STATES[BulkAction.CANCEL])
+def test_cancel_leaves_the_same_row_through_every_selector(state: str) -> None:
+    seen = {}
+    for selector, cancel in CANCEL_SELECTORS.items():
+        job = _job(state)
+        events, heard = _apply(functools.partial(cancel, job))
+        assert not ActiveLease.objects.filter(job_id=job.pk).exists()
+        hinted = [payload for channel, payload in heard if channel == CANCEL_CHANNEL]
+        seen[selector] = (_row(job.pk), events, len(hinted))
+    assert seen["ids"] == seen["bulk_window"]
+    row, events, hints = seen["ids"]
+    assert (row["state"], row["finalized_at"], row["callback_id"]) == ("cancelled", True, False)
+    assert events == ["Cancelled"]
+    assert hints == (1 if state in ("running", "waiting_external") else 0)
+
+
+# -- complete: one attempt, a batch (whole rows or lean), a callback id --------------------
+def _complete_one(job: Job) -> object:
+    return jobs_sql.job_complete_one(id=job.pk, run_lease=job.run_lease, result=None).run("default")
+
+
+def _complete_batch(job: Job) -> object:
+    query = jobs_sql.job_complete_many(ids=[job.pk], leases=[job.run_lease], results=[None])
+    return query.run("default")
+
+
+def _complete_lean(job: Job) -> object:
+    query = jobs_sql.job_complete_many_lean(ids=[job.pk], leases=[job.run_lease], results=[None])
+    return query.run("default")
+
+
+COMPLETE_SELECTORS: dict[str, Callable[[Job], object]] = {
+    "attempt": _complete_one,
+    "batch": _complete_batch,
+    "batch_lean": _complete_lean,
+    "callback_id": lambda job: awa_django.Client().complete_external(_token(job)),
+}
+
+
+def test_complete_leaves_the_same_row_through_every_selector() -> None:
+    rows = {}
+    for selector, complete in COMPLETE_SELECTORS.items():
+        job = _job("running", callback_id=uuid.uuid4())
+        complete(job)
+        assert not ActiveLease.objects.filter(job_id=job.pk).exists(), selector
+        rows[selector] = _row(job.pk)
+    assert rows["attempt"] == rows["batch"] == rows["batch_lean"]
+    # Resolving a callback consumes it; the attempt's own completion leaves it.
+    assert rows["attempt"]["callback_id"] is True
+    assert rows["callback_id"] == rows["attempt"] | {"callback_id": False}
+    row = rows["attempt"]
+    assert (row["state"], row["finalized_at"], row["progress"], row["result"]) == (
+        "completed",
+        True,
+        None,
+        None,
+    )
+
+
+def test_a_stale_completion_moves_nothing_through_any_selector() -> None:
+    for selector, complete in COMPLETE_SELECTORS.items():
+        if selector == "callback_id":
+            continue  # a callback has no run_lease of its own to be stale with
+        job = _job("running")
+        Job.objects.filter(id=job.pk).update(run_lease=8)  # re-claimed meanwhile
+        complete(job)
+        assert Job.objects.get(id=job.pk).state == "running", selector
+
+
+# -- the rows rebuilt in Python equal the rows the database holds --------------------------
+def _database_row(job_id: int) -> JobSnapshot:
+    row = jobs_sql.job_get(id=job_id).run("default")
+    assert row is not None
+    return row
+
+
+def _differences(rebuilt: JobSnapshot, stored: JobSnapshot) -> dict[str, tuple[Any, Any]]:
+    return {
+        name: (getattr(rebuilt, name), getattr(stored, name))
+        for name in COLUMNS
+        if getattr(rebuilt, name) != getattr(stored, name)
+    }
+
+
+@pytest.mark.parametrize(
+    "result", [None, '{"answer": 42, "n": 1e16, "text": "caf\\u00e9"}', '"ok"', "[1, 2.5]"]
+)
+def test_the_lean_completion_rebuilds_the_committed_row(result: str | None) -> None:
+    """completer._completed (the lean batch: no hook reads the row) equals the row read
+    back, for every result shape; the full batch returns the row itself."""
+    job = _job("running", progress={"percent": 99})
+    claimed = _database_row(job.pk)
+    lean = _complete_lean_rows(claimed, result)
+    stored = _database_row(job.pk)
+    assert _differences(lean, stored) == {}
+
+
+def _complete_lean_rows(claimed: JobSnapshot, result: str | None) -> JobSnapshot:
+    async def run() -> JobSnapshot | None:
+        db = Database("default", "awa-catalogue", max_size=2)
+        await db.open()
+        completer = Completer(db, forced=lambda: False)
+        flushing = asyncio.ensure_future(completer.run())
+        try:
+            return await asyncio.wait_for(completer.complete(claimed, result), 20.0)
+        finally:
+            flushing.cancel()
+            await db.close()
+
+    rebuilt = asyncio.run(run())
+    assert rebuilt is not None
+    return rebuilt
+
+
+def test_the_lean_path_is_the_one_rebuilding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a hook on Completed the completer takes the lean statement and rebuilds the
+    row with _completed: the comparison above is of the rebuilt row, not a returned one."""
+    rebuilt: list[int] = []
+    original = completer_module._completed
+
+    def counting(row: JobSnapshot, result: str | None, finalized_at: dt.datetime) -> JobSnapshot:
+        rebuilt.append(row.id)
+        return original(row, result, finalized_at)
+
+    monkeypatch.setattr(completer_module, "_completed", counting)
+    job = _job("running")
+    _complete_lean_rows(_database_row(job.pk), None)
+    assert rebuilt == [job.pk]
+
+
+@dataclass
+class CatalogueArgs:
+    payload: dict[str, Any]
+
+
+@awa_django.job(CatalogueArgs, queue=QUEUE)
+def catalogue_complete(job: JobContext[CatalogueArgs]) -> None:
+    return None
+
+
+PAYLOADS = [
+    {"n": 1e16, "big": 10**20, "text": "caf\u00e9 \u2603", "nested": {"a": [1, 2.5, None]}},
+    {},
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("unique", [False, True])
+def test_the_enqueued_row_rebuilt_by_written_equals_the_stored_row(
+    payload: dict[str, Any], unique: bool
+) -> None:
+    """jobs._written builds the snapshot `enqueue` returns from its parameters (with and
+    without a unique key); it must be the row the database stored."""
+    options: dict[str, Any] = {"unique": awa_django.UniqueOpts()} if unique else {}
+    job = awa_django.enqueue(
+        CatalogueArgs(payload), tags=["a", "b"], metadata={"m": 1}, priority=1, **options
+    )
+    assert _differences(job, _database_row(job.id)) == {}
+
+
+def test_the_inline_and_the_worker_completion_write_the_same_row() -> None:
+    """Both schedulers complete through COMPLETE: the inline runner with job_complete_one,
+    the worker's completer with the batched statement; the rows they leave are equal."""
+    inline_job = awa_django.enqueue(CatalogueArgs({}))
+    assert run_available(QUEUE) == 1
+    worker_job = awa_django.enqueue(CatalogueArgs({}))
+    claim = jobs_sql.job_claim_many(
+        queue=QUEUE, limit=1, worker_id="w", deadline_seconds=0, lease_now=True
+    )
+    (claimed,) = claim.run("default")
+    _complete_lean_rows(claimed, None)
+    assert not ActiveLease.objects.filter(job_id=worker_job.id).exists()
+    inline, worker = _row(inline_job.id), _row(worker_job.id)
+    for row in (inline, worker):  # the claim's: which worker, under which lease
+        del row["run_lease"], row["attempted_by"]
+    assert inline == worker
+    assert (worker["state"], worker["attempt"], worker["finalized_at"]) == ("completed", 1, True)
