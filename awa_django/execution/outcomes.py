@@ -19,6 +19,7 @@ from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
 from awa_django.states import DeadLetterReason, JobState
+from awa_django.storage.sql.transitions import exhausted
 
 # Lines of traceback stored with an error (marker lines not counted): the last frames.
 TRACEBACK_LINES = 16
@@ -73,7 +74,7 @@ def _plan(row: JobSnapshot, result: Any) -> Transition | None:
     match result:
         case RetryAfter(seconds=seconds):
             seconds = _delay(RetryAfter, seconds)
-            if row.attempt >= row.max_attempts:
+            if exhausted(row.attempt, row.max_attempts):
                 shown = int(seconds) if seconds.is_integer() else seconds
                 message = f"max_attempts exhausted (handler requested retry after {shown}s)"
                 return Transition(JobState.FAILED, Exhausted, error=message)
@@ -133,7 +134,7 @@ def plan_failure(row: JobSnapshot, error: BaseException, *, logged: bool = False
     terminal = isinstance(
         error, TerminalError | UnknownJobKind | InvalidJobArgs | SystemExit | KeyboardInterrupt
     )
-    if terminal or row.attempt >= row.max_attempts:
+    if terminal or exhausted(row.attempt, row.max_attempts):
         message = describe(error, logged=logged)
         return Transition(
             JobState.FAILED, Exhausted, error=message, error_type=kind, terminal=terminal
@@ -232,7 +233,7 @@ def plan_refused(row: JobSnapshot, error: BaseException) -> Transition:
     committed nothing, so no event of it is announced."""
     message = storable_text(f"the database refused the outcome of this attempt: {error}")
     kind = exception_path(error)
-    if row.attempt >= row.max_attempts:
+    if exhausted(row.attempt, row.max_attempts):
         return Transition(JobState.FAILED, Exhausted, error=message, error_type=kind)
     return Transition(
         JobState.RETRYABLE, Retried, run_at_mode="backoff", error=message, error_type=kind

@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import functools
 import select
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,14 +33,18 @@ from awa_django.events import Event
 from awa_django.execution.context import JobContext
 from awa_django.execution.inline import run_available
 from awa_django.snapshot import COLUMNS, JobSnapshot
-from awa_django.storage.models import ActiveLease, Job
+from awa_django.storage.models import ActiveLease, DeadLetter, Job
+from awa_django.storage.sql import callbacks as callbacks_sql
+from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.storage.sql import transitions
 from awa_django.testing import capture_events
 from awa_django.worker import completer as completer_module
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
 from tests.factories import JobFactory
+from tests.integration import test_attempt_conformance as attempts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -153,8 +158,12 @@ RETRY_SELECTORS: dict[str, Callable[[Job], object]] = {
     "bulk_window": lambda job: awa_django.Client().bulk_retry(JobFilter(queue=QUEUE)),
     "callback_id": lambda job: awa_django.Client().retry_external(_token(job)),
 }
-# What each selector's verb announces: an operator's retry none (decision 018).
-RETRY_EVENTS = {"ids": [], "bulk_window": [], "callback_id": ["Retried"]}
+# The move each selector's verb applies: an operator's retry announces nothing (018).
+RETRY_MOVES = {
+    "ids": transitions.OPERATOR_RETRY,
+    "bulk_window": transitions.OPERATOR_RETRY,
+    "callback_id": transitions.RETRY,
+}
 
 
 def _retried(selector: str) -> tuple[dict[str, Any], list[str], list[tuple[str, str]]]:
@@ -173,7 +182,7 @@ def test_retry_leaves_the_same_row_through_every_selector() -> None:
     assert (row["finalized_at"], row["callback_id"], row["callback_result"]) == (False, False, None)
     assert row["errors"][0]["error"] == "earlier" and row["progress"] == {"percent": 50}
     for selector, (_, events, heard) in results.items():
-        assert events == RETRY_EVENTS[selector], selector
+        assert events == [e for e in [RETRY_MOVES[selector].event] if e], selector
         assert heard and {channel for channel, _ in heard} == {channel_for(QUEUE)}, selector
 
 
@@ -209,7 +218,7 @@ def test_cancel_leaves_the_same_row_through_every_selector(state: str) -> None:
     assert seen["ids"] == seen["bulk_window"]
     row, events, hints = seen["ids"]
     assert (row["state"], row["finalized_at"], row["callback_id"]) == ("cancelled", True, False)
-    assert events == ["Cancelled"]
+    assert events == [transitions.CANCEL.event] == ["Cancelled"]
     assert hints == (1 if state in ("running", "waiting_external") else 0)
 
 
@@ -374,3 +383,251 @@ def test_the_inline_and_the_worker_completion_write_the_same_row() -> None:
         del row["run_lease"], row["attempted_by"]
     assert inline == worker
     assert (worker["state"], worker["attempt"], worker["finalized_at"]) == ("completed", 1, True)
+
+
+# -- exhausted? dead-lettered? one rule in two languages -----------------------------------
+def test_the_sql_rules_decide_as_the_python_rules_over_every_row() -> None:
+    """A worker's outcome decides in Python (outcomes.py), rescues and callback failures in
+    SQL: both are written in transitions.py; here they must agree on every row."""
+    rows = [
+        (attempt, max_attempts, queue)
+        for max_attempts in (1, 2, 5, 32766)
+        for attempt in (0, 1, max_attempts - 1, max_attempts, max_attempts + 1)
+        for queue in ("plain", "dlq", "dlq2", "")
+    ]
+    dead_letter_queues = ["dlq", "dlq2"]
+    sql = (
+        f"SELECT {transitions.exhausted_sql('j')}, {transitions.dead_lettered_sql('j')}"
+        " FROM unnest(%(attempts)s::int2[], %(maxes)s::int2[], %(queues)s::text[])"
+        " AS j(attempt, max_attempts, queue)"
+    )
+    params: dict[str, Any] = {
+        "attempts": [r[0] for r in rows],
+        "maxes": [r[1] for r in rows],
+        "queues": [r[2] for r in rows],
+        "dead_letter_queues": dead_letter_queues,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        decided = [tuple(row) for row in cursor.fetchall()]
+    expected = [
+        (
+            transitions.exhausted(attempt, max_attempts),
+            transitions.dead_lettered(queue, dead_letter_queues),
+        )
+        for attempt, max_attempts, queue in rows
+    ]
+    assert decided == expected
+    assert {exhausted for exhausted, _ in decided} == {True, False}  # both sides were met
+    assert {dead for _, dead in decided} == {True, False}
+
+
+# -- fail and retry later: the worker's outcome, a callback's failure, every rescue ---------
+def _lease_stale(job: Job) -> None:
+    ActiveLease.objects.filter(job_id=job.pk).update(
+        heartbeat_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    )
+
+
+def _lease_past_deadline(job: Job) -> None:
+    ActiveLease.objects.filter(job_id=job.pk).update(
+        deadline_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    )
+
+
+def _callback_expired(job: Job) -> None:
+    Job.objects.filter(id=job.pk).update(callback_timeout_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+
+
+DLQ: list[str] = []  # the dead-letter queues a case runs with (set per test)
+# selector: (the state the job is in before, how the move is applied)
+Cases = dict[str, tuple[str, Callable[[Job], object]]]
+
+
+def _by_worker(state: str) -> Callable[[Job], object]:
+    def write(job: Job) -> object:
+        query = jobs_sql.job_set_state_if_running(
+            id=job.pk,
+            run_lease=job.run_lease,
+            state=state,
+            run_at_mode="backoff" if state == "retryable" else "keep",
+            error="gone",
+            terminal=state == "failed",
+        )
+        return query.run("default")
+
+    return write
+
+
+def _by_rescue(
+    prepare: Callable[[Job], None], rescue: Callable[..., Any]
+) -> Callable[[Job], object]:
+    def write(job: Job) -> object:
+        prepare(job)
+        query = rescue(limit=10, message="gone", dead_letter_queues=DLQ)
+        rows = query.run("default")
+        assert [row.id for row in rows] == [job.pk]
+        return rows
+
+    return write
+
+
+def _heartbeat_rescue(**params: Any) -> Any:
+    return maintenance_sql.job_rescue_stale_heartbeat(staleness_seconds=60, **params)
+
+
+FAILING: Cases = {
+    "worker_attempt": ("running", _by_worker("failed")),
+    "callback_id": (
+        "waiting_external",
+        lambda job: callbacks_sql.job_fail_external(
+            callback_id=_token(job), run_lease=None, error="gone", dead_letter_queues=DLQ
+        ).run("default"),
+    ),
+    "rescue_heartbeat": ("running", _by_rescue(_lease_stale, _heartbeat_rescue)),
+    "rescue_deadline": (
+        "running",
+        _by_rescue(_lease_past_deadline, maintenance_sql.job_rescue_deadline),
+    ),
+    "rescue_callback": (
+        "waiting_external",
+        _by_rescue(_callback_expired, maintenance_sql.job_rescue_expired_callback),
+    ),
+}
+RETRYING = {
+    "worker_attempt": ("running", _by_worker("retryable")),
+    **{name: case for name, case in FAILING.items() if name.startswith("rescue")},
+}
+
+
+def _moved_row(job_id: int) -> dict[str, Any]:
+    """_row, with the error entry's time normalised and whether run_at is in the future."""
+    row = _row(job_id)
+    stored = Job.objects.get(id=job_id)
+    row["errors"] = [entry | {"at": "at" in entry} for entry in row["errors"]]
+    row["run_at"] = stored.run_at > (stored.finalized_at or stored.run_at)
+    return row
+
+
+def _moved_through(cases: Cases, attempt: int) -> dict[str, dict[str, Any]]:
+    rows = {}
+    for selector, (before, move) in cases.items():
+        job = _job(before, attempt=attempt, max_attempts=3, callback_result=None)
+        move(job)
+        assert not ActiveLease.objects.filter(job_id=job.pk).exists(), selector
+        rows[selector] = _moved_row(job.pk)
+    return rows
+
+
+def test_fail_leaves_the_same_row_through_every_selector() -> None:
+    rows = _moved_through(FAILING, attempt=3)
+    first = rows["worker_attempt"]
+    assert all(row == first for row in rows.values()), rows
+    assert (first["state"], first["finalized_at"], first["callback_id"]) == ("failed", True, False)
+    assert first["progress"] == {"percent": 50}  # kept: it shows how far the job got
+    assert first["errors"][-1] == {"error": "gone", "attempt": 3, "at": True, "terminal": True}
+
+
+def test_retry_later_leaves_the_same_row_through_every_selector() -> None:
+    rows = _moved_through(RETRYING, attempt=2)
+    first = rows["worker_attempt"]
+    assert all(row == first for row in rows.values()), rows
+    assert (first["state"], first["run_at"], first["callback_id"]) == ("retryable", True, False)
+    assert first["errors"][-1] == {"error": "gone", "attempt": 2, "at": True}
+
+
+DEAD_LETTER_REASONS = {
+    "worker_attempt": "max_attempts_exhausted",
+    "callback_id": "callback_failed",
+    "rescue_heartbeat": "max_attempts_exhausted",
+    "rescue_deadline": "max_attempts_exhausted",
+    "rescue_callback": "callback_timeout",
+}
+
+
+def _dead_letter_by_worker(job: Job) -> object:
+    query = dead_letters_sql.job_dead_letter_if_running(
+        id=job.pk,
+        run_lease=job.run_lease,
+        reason="max_attempts_exhausted",
+        error="gone",
+        error_type=None,
+        terminal=True,
+        progress=None,
+    )
+    return query.run("default")
+
+
+def test_a_dead_letter_queue_files_the_same_dead_letter_through_every_selector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "DLQ", [QUEUE])
+    cases = FAILING | {"worker_attempt": ("running", _dead_letter_by_worker)}
+    letters = {}
+    for selector, (before, move) in cases.items():
+        job = _job(before, attempt=3, max_attempts=3, callback_result=None)
+        move(job)
+        assert not Job.objects.filter(id=job.pk).exists(), selector
+        assert not ActiveLease.objects.filter(job_id=job.pk).exists(), selector
+        letter: dict[str, Any] = dict(DeadLetter.objects.filter(id=job.pk).values().get())
+        assert letter.pop("reason") == DEAD_LETTER_REASONS[selector], selector
+        del letter["id"], letter["created_at"], letter["dead_lettered_at"]
+        letter["errors"] = [entry | {"at": "at" in entry} for entry in letter["errors"]]
+        letters[selector] = letter
+    first = letters["worker_attempt"]
+    assert all(letter == first for letter in letters.values()), letters
+    assert first["errors"][-1] == {"error": "gone", "attempt": 3, "at": True, "terminal": True}
+
+
+# -- promote: scheduled and retryable alike ------------------------------------------------
+def test_promote_leaves_the_same_row_from_every_state_it_takes() -> None:
+    rows: dict[str, int] = {}
+    past = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    with _listening(channel_for(QUEUE)) as heard:
+        for state in transitions.PROMOTE.sources:
+            job = _job(state, run_at=past, priority=1, original_priority=3, progress=None)
+            rows[str(state)] = job.pk
+        assert maintenance_sql.job_promote_due(limit=10).run("default") == len(rows)
+    promoted = {state: _row(job_id) for state, job_id in rows.items()}
+    first = promoted["scheduled"]
+    assert all(row == first for row in promoted.values())
+    assert (first["state"], first["priority"], first["original_priority"]) == ("available", 3, None)
+    assert heard and {channel for channel, _ in heard} == {channel_for(QUEUE)}
+
+
+# -- both schedulers write the catalogue's moves -------------------------------------------
+def _applies(move: transitions.Move, job: Job) -> None:
+    """`job`'s committed row shows every literal column `move` sets."""
+    assert job.state == move.state
+    for column, value in move.sets:
+        stored = getattr(job, column)
+        if value == "NULL":
+            assert stored is None, column
+        elif value == "now()":
+            assert stored is not None, column
+        elif value.isdigit():
+            assert stored == int(value), column
+
+
+# handler mode, max_attempts: the move its outcome is
+WORKER_OUTCOMES = {
+    ("complete", 3): transitions.COMPLETE,
+    ("raise", 3): transitions.RETRY_LATER,
+    ("raise", 1): transitions.FAIL,
+    ("cancel", 3): transitions.CANCEL,
+}
+
+
+@pytest.mark.parametrize("scheduler", ["inline", "worker"])
+@pytest.mark.parametrize("outcome", list(WORKER_OUTCOMES), ids=lambda o: f"{o[0]}-{o[1]}")
+def test_both_schedulers_write_the_catalogued_move(
+    scheduler: str, outcome: tuple[str, int]
+) -> None:
+    mode, max_attempts = outcome
+    move = WORKER_OUTCOMES[outcome]
+    job_id = attempts.enqueue(mode, max_attempts=max_attempts)
+    job, events = attempts.run_attempt(scheduler, job_id)
+    _applies(move, job)
+    assert _names(events) == ["Started", move.event]
+    if move is transitions.RETRY_LATER:
+        assert job.finalized_at is not None and job.run_at > job.finalized_at

@@ -20,12 +20,13 @@ state is a parameter.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from awa_django.bulk import ACTION_STATES, BulkAction
 from awa_django.channels import channel_sql
 from awa_django.states import JobState
-from awa_django.storage.sql.fragments import notify_cancel
+from awa_django.storage.sql.fragments import backoff, notify_cancel
 
 
 class Notify(enum.Enum):
@@ -54,7 +55,7 @@ class Move:
     """One transition. `sets` are (column, SQL expression) pairs, expressions over the
     alias `j` of awa_jobs_hot; `inputs` name columns whose value the statement supplies
     (a completion's result): a statement that supplies none leaves them as they are.
-    `sources` empty with `from_terminal` False means any state that is not terminal."""
+    `sources` empty means any state that is not terminal."""
 
     name: str
     state: JobState
@@ -152,6 +153,27 @@ def update(
     RETURNING {returning}"""
 
 
+def chosen(
+    condition: str, then: Move, otherwise: Move, *extra: tuple[str, str], indent: str = "    "
+) -> str:
+    """A SET list (one column a line) that applies `then` to the rows where `condition`
+    holds and `otherwise` to the others: a column both set alike is set once, one they set
+    differently (or only one sets) becomes a CASE, the other keeping the row's value.
+    `extra` (a selector's own columns) apply to every row."""
+    first, second = dict(_columns(then)), dict(_columns(otherwise))
+    lines = []
+    for column in dict.fromkeys([*first, *second]):
+        yes, no = first.get(column, f"j.{column}"), second.get(column, f"j.{column}")
+        value = yes if yes == no else f"CASE WHEN {condition} THEN {yes} ELSE {no} END"
+        lines.append(f"{column} = {value}")
+    lines += [f"{column} = {value}" for column, value in extra]
+    return f",\n{indent}".join(lines)
+
+
+def _columns(move: Move) -> list[tuple[str, str]]:
+    return [("state", f"'{move.state}'"), *move.sets]
+
+
 def _listed(states: tuple[JobState, ...]) -> str:
     return ", ".join(f"'{state}'" for state in states)
 
@@ -214,3 +236,88 @@ OPERATOR_RETRY = RETRY.variant(
     sources=tuple(JobState(state) for state in ACTION_STATES[BulkAction.RETRY]),
     event="",
 )
+
+
+# T12: a parked job runs again with the payload its handler reads (`callback_result`, an
+# input); the lease is refreshed or created by the statement (callbacks.py), not released.
+RESUME = Move(
+    "resume",
+    JobState.RUNNING,
+    (),
+    (JobState.WAITING_EXTERNAL, JobState.RUNNING),
+    False,
+    Notify.NONE,
+    "",
+    inputs=("callback_result",),
+)
+
+# A failed attempt that is retried later, after a backoff on the database clock (DESIGN
+# §5): what a rescue of a non-last attempt does (decision 002; the rescue announces
+# `Rescued` instead, decision 035). The worker's own retry is job_set_state_if_running
+# with state 'retryable' and run_at_mode 'backoff'.
+RETRY_LATER = Move(
+    "retry later",
+    JobState.RETRYABLE,
+    (
+        ("finalized_at", "now()"),
+        ("run_at", f"now() + make_interval(secs => {backoff('j.attempt')})"),
+    ),
+    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    True,
+    Notify.NONE,
+    "Retried",
+)
+
+# T14 / a last attempt's failure or rescue: failed for good, errors kept (a statement adds
+# the entry that says why), progress kept (it shows how far the job got).
+FAIL = Move(
+    "fail",
+    JobState.FAILED,
+    (("finalized_at", "now()"),),
+    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    True,
+    Notify.NONE,
+    "Exhausted",
+)
+
+# Due scheduled and retryable jobs become available (T05, T08): the queue is woken; the
+# enqueued priority comes back (decision 018 §6).
+PROMOTE = Move(
+    "promote",
+    JobState.AVAILABLE,
+    (("run_at", "now()"), *PRIORITY_RESTORED),
+    (JobState.SCHEDULED, JobState.RETRYABLE),
+    False,
+    Notify.QUEUE,
+    "",
+)
+
+
+# -- failing for good: exhausted? dead-lettered? ------------------------------------------
+# Decided here for every path: the worker's outcomes (execution/outcomes.py, in Python, on
+# the claimed row), and the rescues and callback failures (in SQL, per row, in the one
+# statement that moves the job). Each rule is written in both languages side by side, and
+# test_transition_catalogue evaluates the SQL against the Python over a grid of rows.
+
+
+def exhausted(attempt: int, max_attempts: int) -> bool:
+    """The attempt was the job's last: attempts are a hard bound (decision 009), so a
+    failure of it, a retry it asked for or a rescue of it ends the job `failed`."""
+    return attempt >= max_attempts
+
+
+def exhausted_sql(alias: str) -> str:
+    """`exhausted` of the row aliased `alias`."""
+    return f"{alias}.attempt >= {alias}.max_attempts"
+
+
+def dead_lettered(queue: str, dead_letter_queues: Collection[str]) -> bool:
+    """A job that fails for good on `queue` moves to the dead letters instead of staying
+    `failed` (decision 016): `dead_letter_queues` are AwaSettings.dead_letter_queues."""
+    return queue in dead_letter_queues
+
+
+def dead_lettered_sql(alias: str = "") -> str:
+    """`dead_lettered` of the row aliased `alias`. Param: dead_letter_queues text[]."""
+    column = f"{alias}.queue" if alias else "queue"
+    return f"{column} = ANY(%(dead_letter_queues)s::text[])"
