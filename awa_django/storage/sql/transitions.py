@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from awa_django.bulk import ACTION_STATES, BulkAction
 from awa_django.channels import channel_sql
+from awa_django.events import Cancelled, Completed, Event, Exhausted, Retried
 from awa_django.states import JobState
 from awa_django.storage.sql.fragments import backoff, notify_cancel
 
@@ -63,7 +64,7 @@ class Move:
     sources: tuple[JobState, ...]
     releases: bool  # the job's lease row goes when the move commits
     notify: Notify
-    event: str  # the events class a committed move announces, "" for none
+    event: type[Event] | None  # what a committed move announces (None: nothing)
     inputs: tuple[str, ...] = ()
 
     def variant(
@@ -71,15 +72,15 @@ class Move:
         name: str,
         *sets: tuple[str, str],
         sources: tuple[JobState, ...] | None = None,
-        event: str | None = None,
+        announced: bool = True,
     ) -> Move:
-        """This move with more columns set, other sources or another event."""
+        """This move with more columns set, other sources, or announcing nothing."""
         return replace(
             self,
             name=name,
             sets=self.sets + sets,
             sources=self.sources if sources is None else sources,
-            event=self.event if event is None else event,
+            event=self.event if announced else None,
         )
 
     def assignments(self, *extra: tuple[str, str], indent: str = "        ", **inputs: str) -> str:
@@ -197,7 +198,7 @@ COMPLETE = Move(
     (JobState.RUNNING,),
     True,
     Notify.NONE,
-    "Completed",
+    Completed,
     inputs=("result",),
 )
 
@@ -209,7 +210,7 @@ CANCEL = Move(
     (),
     True,
     Notify.CANCEL,
-    "Cancelled",
+    Cancelled,
 )
 
 # T15: a parked job back to available with the attempts reset; errors and run_lease kept.
@@ -225,7 +226,7 @@ RETRY = Move(
     (JobState.WAITING_EXTERNAL,),
     True,
     Notify.QUEUE,
-    "Retried",
+    Retried,
 )
 # T21, an operator's retry (`retry`, `retry_many`, `bulk_retry`): failed, cancelled and
 # parked jobs, and beyond Awa's T21 a retryable one (it runs now instead of after its
@@ -234,7 +235,7 @@ OPERATOR_RETRY = RETRY.variant(
     "operator retry",
     *PRIORITY_RESTORED,
     sources=tuple(JobState(state) for state in ACTION_STATES[BulkAction.RETRY]),
-    event="",
+    announced=False,
 )
 
 
@@ -247,7 +248,7 @@ RESUME = Move(
     (JobState.WAITING_EXTERNAL, JobState.RUNNING),
     False,
     Notify.NONE,
-    "",
+    None,
     inputs=("callback_result",),
 )
 
@@ -265,7 +266,7 @@ RETRY_LATER = Move(
     (JobState.RUNNING, JobState.WAITING_EXTERNAL),
     True,
     Notify.NONE,
-    "Retried",
+    Retried,
 )
 
 # T14 / a last attempt's failure or rescue: failed for good, errors kept (a statement adds
@@ -277,7 +278,7 @@ FAIL = Move(
     (JobState.RUNNING, JobState.WAITING_EXTERNAL),
     True,
     Notify.NONE,
-    "Exhausted",
+    Exhausted,
 )
 
 # Due scheduled and retryable jobs become available (T05, T08): the queue is woken; the
@@ -289,7 +290,7 @@ PROMOTE = Move(
     (JobState.SCHEDULED, JobState.RETRYABLE),
     False,
     Notify.QUEUE,
-    "",
+    None,
 )
 
 
