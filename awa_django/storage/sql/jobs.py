@@ -16,17 +16,16 @@ from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql.arrays import int_array, text_array, timestamptz_array
 from awa_django.storage.sql.fragments import (
+    ATTEMPT_ERRORS,
     EPOCH_SPACE,
     J_JOB_COLUMNS,
     JOB_COLUMNS,
     LEASE_EPOCH_SETTING,
     NOTIFY_ONCE,
     UNIQUE_ARBITER,
-    append_error,
     backoff,
-    error_entry,
 )
-from awa_django.storage.sql.transitions import COMPLETE, update
+from awa_django.storage.sql.transitions import COMPLETE, released, update
 
 # (priority, run_at, id): the order in which jobs of one queue are claimed.
 DispatchKey = tuple[int, dt.datetime, int]
@@ -477,18 +476,7 @@ WITH moved AS (
             ELSE run_at END,
         attempt = attempt - %(attempt_refund)s::int2,
         finalized_at = CASE WHEN %(finalize)s::bool THEN now() ELSE finalized_at END,
-        errors = CASE WHEN %(error)s::text IS NULL THEN errors
-            ELSE {
-        append_error(
-            "errors",
-            error_entry(
-                "%(error)s::text",
-                "attempt",
-                terminal="%(terminal)s::bool",
-                kind="%(error_type)s::text",
-            ),
-        )
-    } END,
+        errors = {ATTEMPT_ERRORS},
         progress = CASE WHEN %(progress)s::text IS NULL THEN progress
                         ELSE %(progress)s::jsonb END,
         callback_id = CASE WHEN %(state)s::text = 'waiting_external' THEN callback_id END,
@@ -497,10 +485,7 @@ WITH moved AS (
     WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
       AND (%(callback_id)s::uuid IS NULL OR callback_id = %(callback_id)s::uuid)
     RETURNING {JOB_COLUMNS}
-), released AS (
-    DELETE FROM awa_active_leases l USING moved m
-    WHERE l.job_id = m.id AND l.run_lease = m.run_lease
-)
+), {released("moved", attempt=True)}
 SELECT * FROM moved
 """,
 )

@@ -127,7 +127,8 @@ class Move:
 
 
 def released(moved: str, alias: str = "m", *, attempt: bool = False) -> str:
-    """Move.released, for the statements whose move is still written in them."""
+    """Move.released, for a statement whose target state is a parameter (the worker's
+    individual outcome writes, each of which ends its attempt)."""
     own = f" AND l.run_lease = {alias}.run_lease" if attempt else ""
     return f"""released AS (
     DELETE FROM awa_active_leases l USING {moved} {alias}
