@@ -427,11 +427,10 @@ def _finalized_at(rows: query.Rows, count: int) -> dict[int, dt.datetime]:
 
 
 # Params: id, run_lease, result (json text or NULL). transitions.COMPLETE, as
-# job_complete_many, for one attempt that
-# is not batched: an atomic handler's completion (in its own transaction, on Django's
-# connection, which does not prepare statements: no unnest to plan each time), a completion
-# with follow-up jobs, the inline runner's. Guard and lease release as job_complete_many.
-# Index: primary key. No row = stale.
+# job_complete_many, for one attempt that is not batched: an atomic handler's completion
+# (in its own transaction, on Django's connection, which does not prepare statements: no
+# unnest to plan each time), a completion with follow-up jobs, the inline runner's. Guard
+# and lease release as job_complete_many. Index: primary key. No row = stale.
 JOB_COMPLETE_ONE = Statement(
     "job_complete_one",
     f"""
