@@ -43,6 +43,7 @@ from awa_django.testing import capture_events
 from awa_django.worker import completer as completer_module
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
+from awa_django.worker.maintenance.rescuer import Rescuer
 from tests.factories import JobFactory
 from tests.integration import test_attempt_conformance as attempts
 
@@ -636,3 +637,65 @@ def test_both_schedulers_write_the_catalogued_move(
     assert _names(events) == ["Started", *_announced(move)]
     if move is transitions.RETRY_LATER:
         assert job.finalized_at is not None and job.run_at > job.finalized_at
+
+
+# -- the same follow-ups through every selector -------------------------------------------
+@dataclass
+class Followed:
+    outcome: str
+    attempt: int
+
+
+def _followed(outcome: str, job: JobSnapshot) -> awa_django.FollowUp:
+    return awa_django.follow_up(Followed(outcome, job.attempt), queue="followed")
+
+
+def _follow_ups() -> list[tuple[str, int]]:
+    rows = Job.objects.filter(kind="followed").order_by("id").values_list("args", flat=True)
+    return [(args["outcome"], args["attempt"]) for args in rows]
+
+
+def _rescue_now(job_id: int) -> None:
+    """Rescue `job_id` (a running job whose lease is stale) as the leader does, follow-up
+    jobs included."""
+    ActiveLease.objects.filter(job_id=job_id).update(
+        heartbeat_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    )
+
+    async def rescue() -> None:
+        db = Database("default", "awa-catalogue", max_size=2)
+        await db.open()
+        try:
+            await Rescuer(db, staleness=90, emit=lambda event: None).run_once()
+        finally:
+            await db.close()
+
+    asyncio.run(rescue())
+
+
+_ARGS = {"mode": "complete", "seconds": 0.0, "note": ""}
+
+
+@pytest.mark.parametrize("scheduler", ["inline", "worker"])
+def test_complete_and_fail_build_the_same_follow_ups_through_every_selector(
+    scheduler: str,
+) -> None:
+    awa_django.on_completed_enqueue(
+        attempts.Conformance, lambda args, event: [_followed("completed", event.job)]
+    )
+    awa_django.on_exhausted_enqueue(
+        attempts.Conformance, lambda args, event: [_followed("exhausted", event.job)]
+    )
+    # COMPLETE: the worker's outcome, then a callback's resolution of a parked attempt.
+    attempts.run_attempt(scheduler, attempts.enqueue("complete"))
+    parked = attempts.enqueue("park")
+    attempts.run_attempt(scheduler, parked)
+    awa_django.Client().complete_external(_token(Job.objects.get(id=parked)))
+    # FAIL: the worker's last attempt, a callback's failure, a rescue of a last attempt.
+    attempts.run_attempt(scheduler, attempts.enqueue("raise", max_attempts=1))
+    parked = attempts.enqueue("park", max_attempts=1)
+    attempts.run_attempt(scheduler, parked)
+    awa_django.Client().fail_external(_token(Job.objects.get(id=parked)), "gone")
+    rescued = _job("running", kind="conformance", attempt=1, max_attempts=1, args=_ARGS)
+    _rescue_now(rescued.pk)
+    assert _follow_ups() == [("completed", 1)] * 2 + [("exhausted", 1)] * 3
