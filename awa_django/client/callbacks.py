@@ -27,6 +27,7 @@ from awa_django.execution import follow_ups
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.query import Query
 from awa_django.storage.sql import callbacks as callbacks_sql
+from awa_django.storage.sql.transitions import dead_lettered
 
 # Ten years: far beyond any real external wait, far below PostgreSQL's interval range.
 MAX_CALLBACK_TIMEOUT = 10 * 365 * 86400.0
@@ -135,7 +136,7 @@ def _fail(using: str, callback_id: uuid.UUID, error: str, run_lease: object) -> 
         dead_letter_queues=dead_letter_queues,
     )
     job = _one(using, query, callback_id, "fail_external")
-    dead = job.queue in dead_letter_queues
+    dead = dead_lettered(job.queue, dead_letter_queues)
     events = [Exhausted(job=job, error=error, attempt=job.attempt, dead_lettered=dead)]
     follow_ups.enqueue_for(events, using)
     dispatch_on_commit(events, using)

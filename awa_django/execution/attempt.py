@@ -54,6 +54,7 @@ from awa_django.states import JobState
 from awa_django.storage.query import Query
 from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql.transitions import dead_lettered
 
 logger = logging.getLogger("awa_django.worker")
 
@@ -260,7 +261,7 @@ def _refused(job: JobContext[Any], exc: BaseException) -> Transition:
 def _transition(
     job: JobContext[Any], transition: Transition, *, atomic: bool = False, built: bool = True
 ) -> Steps[list[Event]]:
-    transition = routed(transition, awa_settings().queue(job.row.queue).dead_letter)
+    transition = routed(transition, dead_lettered(job.row.queue, awa_settings().dead_letter_queues))
     query = _set_state(job, transition)
     wants = built and transition.event is not None and follow_ups.wanted(transition.event, job.kind)
     try:

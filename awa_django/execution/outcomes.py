@@ -19,6 +19,7 @@ from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
 from awa_django.states import DeadLetterReason, JobState, RunAtMode
+from awa_django.storage.sql.transitions import exhausted
 
 # Lines of traceback stored with an error (marker lines not counted): the last frames.
 TRACEBACK_LINES = 16
@@ -75,7 +76,7 @@ def _plan(row: JobSnapshot, result: Any) -> Transition | None:
     match result:
         case RetryAfter(seconds=seconds):
             seconds = _delay(RetryAfter, seconds)
-            if row.attempt >= row.max_attempts:
+            if exhausted(row.attempt, row.max_attempts):
                 shown = int(seconds) if seconds.is_integer() else seconds
                 message = f"max_attempts exhausted (handler requested retry after {shown}s)"
                 return Transition(JobState.FAILED, Exhausted, error=message)
@@ -136,7 +137,7 @@ def plan_failure(row: JobSnapshot, error: BaseException, *, logged: bool = False
         error, TerminalError | UnknownJobKind | InvalidJobArgs | SystemExit | KeyboardInterrupt
     )
     error_class = type(error)
-    if terminal or row.attempt >= row.max_attempts:
+    if terminal or exhausted(row.attempt, row.max_attempts):
         message = describe(error, logged=logged)
         return Transition(
             JobState.FAILED,
@@ -251,7 +252,7 @@ def plan_refused(row: JobSnapshot, error: BaseException) -> Transition:
     message = storable_text(f"the database refused the outcome of this attempt: {error}")
     kind = exception_path(error)
     error_class = type(error)
-    if row.attempt >= row.max_attempts:
+    if exhausted(row.attempt, row.max_attempts):
         return Transition(
             JobState.FAILED, Exhausted, error=message, error_type=kind, error_class=error_class
         )

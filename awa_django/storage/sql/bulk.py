@@ -34,12 +34,8 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
-from awa_django.storage.sql.fragments import (
-    J_JOB_COLUMNS,
-    JOB_COLUMN_NAMES,
-    key_free,
-    notify_cancel,
-)
+from awa_django.storage.sql.fragments import J_JOB_COLUMNS, JOB_COLUMN_NAMES, key_free
+from awa_django.storage.sql.transitions import CANCEL, OPERATOR_RETRY, update
 
 _FILTER = """(%(queue)s::text IS NULL OR j.queue = %(queue)s::text
            AND (j.state = 'available' OR j.state <> 'available'))
@@ -115,22 +111,18 @@ def _params(window: Window) -> dict[str, Any]:
     }
 
 
-# T19 in bulk, as job_cancel_many: running and parked attempts hear the cancel hint and
-# their later outcome is stale; their leases go in lease_delete_for_jobs, next in the
-# chunk's transaction. Returns one row per cancelled job (at least one row: the window).
+# T19 in bulk (transitions.CANCEL), as job_cancel_many: running and parked attempts hear
+# the cancel hint and their later outcome is stale; their leases go in
+# lease_delete_for_jobs, next in the chunk's transaction. Returns one row per cancelled
+# job (at least one row: the window).
+_CANCELLED_ROWS = f"{J_JOB_COLUMNS}, t.prior_state"
 JOB_BULK_CANCEL = Statement(
     "job_bulk_cancel",
     f"""
 WITH {_WINDOW}, cancelled AS (
-    UPDATE awa_jobs_hot j
-    SET state = 'cancelled', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL, callback_result = NULL
-    FROM target t WHERE j.id = t.id
-    RETURNING {J_JOB_COLUMNS}, t.prior_state
+    {update(CANCEL, source="target t", where="j.id = t.id", returning=_CANCELLED_ROWS)}
 )
-SELECT last_id, matched, {JOB_COLUMN_NAMES},
-       CASE WHEN prior_state IN ('running', 'waiting_external')
-            THEN {notify_cancel("id", "run_lease")} END
+SELECT last_id, matched, {JOB_COLUMN_NAMES}, {CANCEL.notify_row()}
 FROM seen LEFT JOIN cancelled ON true
 """,
 )
@@ -140,9 +132,9 @@ def job_bulk_cancel(*, window: Window) -> Query[ChunkOutcome]:
     return Query(JOB_BULK_CANCEL, _params(window), _cancelled)
 
 
-# T21 in bulk, as job_retry_many (attempts reset, enqueued priority restored). Extra param:
-# skip_keyed bool. A row whose unique key another live job holds stays failed and counts as
-# a conflict (fragments.key_free), as does every row of a key but the oldest in the window.
+# T21 in bulk (transitions.OPERATOR_RETRY), as job_retry_many. Extra param: skip_keyed
+# bool. A row whose unique key another live job holds stays failed and counts as a
+# conflict (fragments.key_free), as does every row of a key but the oldest in the window.
 # A concurrent enqueue can still take a key between the check and the update: the Client
 # then runs the chunk again with skip_keyed, leaving every keyed row of it (conflicts).
 JOB_BULK_RETRY = Statement(
@@ -153,15 +145,15 @@ WITH {_WINDOW}, ranked AS (
         AND row_number() OVER (PARTITION BY j.unique_key ORDER BY j.id) = 1) AS free
     FROM awa_jobs_hot j JOIN target t ON t.id = j.id
 ), retried AS (
-    UPDATE awa_jobs_hot j
-    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
-        callback_id = NULL, callback_timeout_at = NULL, callback_result = NULL,
-        priority = coalesce(j.original_priority, j.priority), original_priority = NULL
-    FROM ranked r WHERE j.id = r.id AND r.free
-    RETURNING j.id, j.queue
-), released AS (
-    DELETE FROM awa_active_leases l USING retried r WHERE l.job_id = r.id
-)
+    {
+        update(
+            OPERATOR_RETRY,
+            source="ranked r",
+            where="j.id = r.id AND r.free",
+            returning="j.id, j.queue",
+        )
+    }
+), {OPERATOR_RETRY.released("retried", "r")}
 SELECT last_id, matched, (SELECT count(*) FROM retried),
        (SELECT count(*) FROM ranked WHERE NOT free),
        (SELECT count(pg_notify(ch, '')) FROM (

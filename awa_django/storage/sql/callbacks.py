@@ -12,6 +12,11 @@ uses SKIP LOCKED, so it simply skips a row a resolver holds.
 
 The optional `run_lease` parameter (NULL = any) is the extra guard of §6.3: a caller that
 knows which attempt registered the callback can refuse to touch a newer one.
+
+Each transition is the catalogue's (transitions.py); resolving a callback consumes it
+(CALLBACK_CLEARED) and deletes whatever lease the job has: that also drops the lease of a
+job still running when its callback was resolved, so that attempt's heartbeat learns it
+lost.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from awa_django.channels import channel_sql
 from awa_django.snapshot import COLUMNS, JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
@@ -31,6 +35,15 @@ from awa_django.storage.sql.fragments import (
     append_error,
     error_entry,
 )
+from awa_django.storage.sql.transitions import (
+    CALLBACK_CLEARED,
+    COMPLETE,
+    FAIL,
+    RESUME,
+    RETRY,
+    dead_lettered_sql,
+    update,
+)
 
 # The guard shared by complete, fail, resume and resolve: waiting_external, or still
 # running (the handler registered the callback but has not parked yet: the early-callback
@@ -39,27 +52,19 @@ _PENDING = """callback_id = %(callback_id)s::uuid
       AND state IN ('waiting_external', 'running')
       AND (%(run_lease)s::int8 IS NULL OR run_lease = %(run_lease)s::int8)"""
 
-# A finished job owns no lease: deleting by job_id also drops the lease of a job that was
-# still running when its callback was resolved, so that attempt's heartbeat learns it lost.
-_RELEASE = "DELETE FROM awa_active_leases l USING moved m WHERE l.job_id = m.id"
-
 
 def _pending(callback_id: uuid.UUID, run_lease: int | None) -> dict[str, object]:
     return {"callback_id": callback_id, "run_lease": run_lease}
 
 
-# Params: callback_id uuid, run_lease int8|NULL. T13: → completed; finalized_at now,
-# callback, progress and any unread resume payload cleared, lease deleted.
+# Params: callback_id uuid, run_lease int8|NULL. T13 (transitions.COMPLETE, no result):
+# the callback, and any unread resume payload, consumed; lease deleted.
 JOB_COMPLETE_EXTERNAL = Statement(
     "job_complete_external",
     f"""
 WITH moved AS (
-    UPDATE awa_jobs_hot
-    SET state = 'completed', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL, progress = NULL, callback_result = NULL
-    WHERE {_PENDING}
-    RETURNING {JOB_COLUMNS}
-), released AS ({_RELEASE})
+    {update(COMPLETE, *CALLBACK_CLEARED, where=_PENDING, returning=JOB_COLUMNS, alias="")}
+), {COMPLETE.released("moved")}
 SELECT * FROM moved
 """,
 )
@@ -72,23 +77,28 @@ def job_complete_external(
 
 
 _FAILED_ENTRY = append_error("errors", error_entry("%(error)s::text", "attempt", terminal="true"))
-_DEAD = "queue = ANY(%(dead_letter_queues)s::text[])"
+_DEAD = dead_lettered_sql()
 
 # Params: callback_id uuid, run_lease int8|NULL, error text, dead_letter_queues text[].
-# T14: → failed with a terminal error entry for the current attempt; callback cleared,
-# progress kept, lease deleted. A job of a dead-letter queue moves to the dead letters as
-# `callback_failed` instead, in the same statement (decision 016): the UPDATE and the
-# DELETE each take only the rows of their kind of queue, so each row is touched once.
+# T14 (transitions.FAIL): a terminal error entry for the current attempt; the callback
+# consumed, progress kept, lease deleted. A job of a dead-letter queue moves to the dead
+# letters as `callback_failed` instead, in the same statement (decision 016): the UPDATE
+# and the DELETE each take only the rows of their kind of queue, so each row is touched
+# once.
 JOB_FAIL_EXTERNAL = Statement(
     "job_fail_external",
     f"""
 WITH failed AS (
-    UPDATE awa_jobs_hot
-    SET state = 'failed', finalized_at = now(), callback_id = NULL,
-        callback_timeout_at = NULL, callback_result = NULL,
-        errors = {_FAILED_ENTRY}
-    WHERE {_PENDING} AND NOT {_DEAD}
-    RETURNING {JOB_COLUMNS}
+    {
+        update(
+            FAIL,
+            *CALLBACK_CLEARED,
+            ("errors", _FAILED_ENTRY),
+            where=f"{_PENDING} AND NOT {_DEAD}",
+            returning=JOB_COLUMNS,
+            alias="",
+        )
+    }
 ), dead AS (
     DELETE FROM awa_jobs_hot WHERE {_PENDING} AND {_DEAD}
     RETURNING *
@@ -101,7 +111,7 @@ WITH failed AS (
     SELECT * FROM failed
     UNION ALL
     SELECT {dead_letters.AS_FAILED_JOB} FROM entered d JOIN dead m ON m.id = d.id
-), released AS ({_RELEASE})
+), {FAIL.released("moved")}
 SELECT * FROM moved
 """,
 )
@@ -124,8 +134,8 @@ def job_fail_external(
     return Query(JOB_FAIL_EXTERNAL, params, query.first_job)
 
 
-# Params: callback_id uuid. T15: waiting_external only (a running handler still owns its
-# attempt) → available with attempt reset, run_at now, callback cleared. The CTE locks the
+# Params: callback_id uuid. T15 (transitions.RETRY): waiting_external only (a running
+# handler still owns its attempt). The CTE locks the
 # row first so the parked attempt (needed by the Retried event) is read from the very row
 # version the UPDATE replaces; PostgreSQL 15 has no RETURNING OLD. Returns the job row, then
 # parked_attempt, then the NOTIFY that wakes the queue's dispatchers on commit.
@@ -134,17 +144,19 @@ JOB_RETRY_EXTERNAL = Statement(
     f"""
 WITH target AS (
     SELECT id, attempt AS parked_attempt FROM awa_jobs_hot
-    WHERE callback_id = %(callback_id)s::uuid AND state = 'waiting_external'
+    WHERE callback_id = %(callback_id)s::uuid AND {RETRY.guard()}
     FOR UPDATE
 ), moved AS (
-    UPDATE awa_jobs_hot j
-    SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
-        callback_id = NULL, callback_timeout_at = NULL, callback_result = NULL
-    FROM target t
-    WHERE j.id = t.id AND j.state = 'waiting_external'
-    RETURNING {J_JOB_COLUMNS}, t.parked_attempt
-), released AS ({_RELEASE})
-SELECT {JOB_COLUMN_NAMES}, parked_attempt, pg_notify({channel_sql("queue")}, '')::text
+    {
+        update(
+            RETRY,
+            source="target t",
+            where=f"j.id = t.id AND {RETRY.guard('j')}",
+            returning=f"{J_JOB_COLUMNS}, t.parked_attempt",
+        )
+    }
+), {RETRY.released("moved")}
+SELECT {JOB_COLUMN_NAMES}, parked_attempt, {RETRY.notify_row()}
 FROM moved
 """,
 )
@@ -159,24 +171,30 @@ def _with_parked_attempt(rows: query.Rows, count: int) -> tuple[JobSnapshot, int
     return (JobSnapshot.from_row(rows[0]), rows[0][len(COLUMNS)]) if rows else None
 
 
-# Params: callback_id uuid, run_lease int8|NULL, payload (json text). T12: → running with the
-# payload in callback_result, which the waiting handler reads and clears. Awa sets
-# heartbeat_at = now here; our heartbeat lives on the lease, so the lease is refreshed, or
-# created unowned (worker_id '') when the job was parked and has none: a resumed job that
-# no handler waits for is then rescued by the stale-heartbeat sweep and runs again, instead
-# of sitting in `running` forever. A handler still running (a callback resolved before
-# its wait) may have no lease yet (decision 030): its first heartbeat adopts the unowned
-# one. This attempt's lease keeps its worker, claim time and deadline; a lease another
-# attempt left is taken over whole (deadline NULL, like a new one).
+# Params: callback_id uuid, run_lease int8|NULL, payload (json text). T12
+# (transitions.RESUME): → running with the payload in callback_result, which the waiting
+# handler reads and clears. Awa sets heartbeat_at = now here; our heartbeat lives on the
+# lease, so the lease is refreshed, or created unowned (worker_id '') when the job was
+# parked and has none: a resumed job that no handler waits for is then rescued by the
+# stale-heartbeat sweep and runs again, instead of sitting in `running` forever. A handler
+# still running (a callback resolved before its wait) may have no lease yet (decision
+# 030): its first heartbeat adopts the unowned one. This attempt's lease keeps its worker,
+# claim time and deadline; a lease another attempt left is taken over whole (deadline
+# NULL, like a new one).
 JOB_RESUME_EXTERNAL = Statement(
     "job_resume_external",
     f"""
 WITH moved AS (
-    UPDATE awa_jobs_hot
-    SET state = 'running', callback_id = NULL, callback_timeout_at = NULL,
-        callback_result = %(payload)s::jsonb
-    WHERE {_PENDING}
-    RETURNING {JOB_COLUMNS}
+    {
+        update(
+            RESUME,
+            *CALLBACK_CLEARED,
+            where=_PENDING,
+            returning=JOB_COLUMNS,
+            alias="",
+            callback_result="%(payload)s::jsonb",
+        )
+    }
 ), leased AS (
     INSERT INTO awa_active_leases AS l (job_id, run_lease, queue, worker_id, claimed_at,
                                         heartbeat_at)

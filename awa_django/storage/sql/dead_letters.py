@@ -18,7 +18,8 @@ from awa_django.snapshot import COLUMNS, JSON_COLUMNS, JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
-from awa_django.storage.sql.fragments import JOB_COLUMNS, UNIQUE_ARBITER, append_error, error_entry
+from awa_django.storage.sql.fragments import ATTEMPT_ERRORS, JOB_COLUMNS, UNIQUE_ARBITER
+from awa_django.storage.sql.transitions import released
 
 # The columns a dead letter copies from its job row, in both tables' names.
 _COPIED = (
@@ -55,17 +56,6 @@ AS_FAILED_JOB = ", ".join(
     for name in COLUMNS
 )
 
-# The error entry a dead-lettering attempt appends, as job_set_state_if_running would.
-_ATTEMPT_ERRORS = f"""CASE WHEN %(error)s::text IS NULL THEN errors
-    ELSE {
-    append_error(
-        "errors",
-        error_entry(
-            "%(error)s::text", "attempt", terminal="%(terminal)s::bool", kind="%(error_type)s::text"
-        ),
-    )
-} END"""
-
 # Params: id, run_lease, reason, error (text or NULL), error_type (or NULL), terminal,
 # progress (json text or NULL: keep the stored one). The dead-letter twin of
 # job_set_state_if_running for a `failed` transition of a dead-letter queue: same guard
@@ -78,13 +68,10 @@ WITH moved AS (
     DELETE FROM awa_jobs_hot
     WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
     RETURNING *
-), released AS (
-    DELETE FROM awa_active_leases l USING moved m
-    WHERE l.job_id = m.id AND l.run_lease = m.run_lease
-), entered AS ({
+), {released("moved", attempt=True)}, entered AS ({
         enter(
             "moved",
-            errors=_ATTEMPT_ERRORS,
+            errors=ATTEMPT_ERRORS,
             progress="coalesce(%(progress)s::jsonb, progress)",
             reason="%(reason)s::text",
         )

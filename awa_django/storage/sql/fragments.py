@@ -101,3 +101,20 @@ def append_error(errors: str, entry: str) -> str:
               FROM jsonb_array_elements({errors}) WITH ORDINALITY t(x, i)
               WHERE t.i > CASE WHEN {errors} -> 1 ? 'omitted' THEN 2 ELSE 1 END) s
     ) || {entry} END"""
+
+
+# The `errors` an attempt's outcome leaves: its entry appended when it has an error (params
+# error text or NULL, error_type, terminal), as job_set_state_if_running and its
+# dead-letter twin (dead_letters.job_dead_letter_if_running) write it.
+ATTEMPT_ERRORS = f"""CASE WHEN %(error)s::text IS NULL THEN errors
+            ELSE {
+    append_error(
+        "errors",
+        error_entry(
+            "%(error)s::text",
+            "attempt",
+            terminal="%(terminal)s::bool",
+            kind="%(error_type)s::text",
+        ),
+    )
+} END"""

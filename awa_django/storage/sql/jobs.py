@@ -17,16 +17,16 @@ from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql.arrays import int_array, text_array, timestamptz_array
 from awa_django.storage.sql.fragments import (
+    ATTEMPT_ERRORS,
     EPOCH_SPACE,
     J_JOB_COLUMNS,
     JOB_COLUMNS,
     LEASE_EPOCH_SETTING,
     NOTIFY_ONCE,
     UNIQUE_ARBITER,
-    append_error,
     backoff,
-    error_entry,
 )
+from awa_django.storage.sql.transitions import COMPLETE, released, update
 
 # (priority, run_at, id): the order in which jobs of one queue are claimed.
 DispatchKey = tuple[int, dt.datetime, int]
@@ -406,6 +406,7 @@ def job_claim_many(
     return Query(statement, params, query.jobs)
 
 
+# transitions.COMPLETE for a batch of attempts.
 # Params: ids int8[], leases int8[], results (json text[], NULL elements for no result),
 # both sorted by id so concurrent flushes lock rows in one order (no deadlocks).
 # Guard: (id, state='running', run_lease) per row; RETURNING tells applied from stale.
@@ -416,23 +417,24 @@ def job_claim_many(
 # entry for every job ever claimed since the oldest open snapshot in the cluster, so under
 # a long transaction every completion slowed with the drain (decision 027).
 def _complete_many_sql(returning: str, selected: str) -> str:
+    finished = update(
+        COMPLETE,
+        source=_COMPLETIONS,
+        where=f"j.id = t.id AND j.run_lease = t.run_lease AND {_UNINDEXED_RUNNING}",
+        returning=returning,
+        result="t.result::jsonb",
+    )
     return f"""
 WITH finished AS (
-    UPDATE awa_jobs_hot j
-    SET state = 'completed', finalized_at = now(), progress = NULL,
-        result = t.result::jsonb
-    FROM unnest(%(ids)s::int8[], %(leases)s::int8[], %(results)s::text[])
-         AS t(id, run_lease, result)
-    WHERE j.id = t.id AND j.run_lease = t.run_lease AND j.state || '' = 'running'
-    RETURNING {returning}
-), released AS (
-    DELETE FROM awa_active_leases l USING finished f
-    WHERE l.job_id = f.id AND l.run_lease = f.run_lease
-)
+    {finished}
+), {COMPLETE.released("finished", "f", attempt=True)}
 SELECT {selected} FROM finished
 """
 
 
+_UNINDEXED_RUNNING = COMPLETE.guard("j", indexable=False)
+_COMPLETIONS = """unnest(%(ids)s::int8[], %(leases)s::int8[], %(results)s::text[])
+         AS t(id, run_lease, result)"""
 JOB_COMPLETE_MANY = Statement("job_complete_many", _complete_many_sql(J_JOB_COLUMNS, "*"))
 # The same completion, returning only what the database chose: for batches whose events
 # no hook reads (the completer builds their rows from the claimed ones). The whole rows
@@ -469,24 +471,25 @@ def _finalized_at(rows: query.Rows, count: int) -> dict[int, dt.datetime]:
     return {job_id: finalized_at for job_id, finalized_at in rows}
 
 
-# Params: id, run_lease, result (json text or NULL). job_complete_many for one attempt that
-# is not batched: an atomic handler's completion (in its own transaction, on Django's
-# connection, which does not prepare statements: no unnest to plan each time), a completion
-# with follow-up jobs, the inline runner's. Guard and lease release as job_complete_many.
-# Index: primary key. No row = stale.
+# Params: id, run_lease, result (json text or NULL). transitions.COMPLETE, as
+# job_complete_many, for one attempt that is not batched: an atomic handler's completion
+# (in its own transaction, on Django's connection, which does not prepare statements: no
+# unnest to plan each time), a completion with follow-up jobs, the inline runner's. Guard
+# and lease release as job_complete_many. Index: primary key. No row = stale.
 JOB_COMPLETE_ONE = Statement(
     "job_complete_one",
     f"""
 WITH finished AS (
-    UPDATE awa_jobs_hot
-    SET state = 'completed', finalized_at = now(), progress = NULL,
-        result = %(result)s::jsonb
-    WHERE id = %(id)s AND run_lease = %(run_lease)s AND state = 'running'
-    RETURNING {JOB_COLUMNS}
-), released AS (
-    DELETE FROM awa_active_leases l USING finished f
-    WHERE l.job_id = f.id AND l.run_lease = f.run_lease
-)
+    {
+        update(
+            COMPLETE,
+            where=f"id = %(id)s AND run_lease = %(run_lease)s AND {COMPLETE.guard()}",
+            returning=JOB_COLUMNS,
+            alias="",
+            result="%(result)s::jsonb",
+        )
+    }
+), {COMPLETE.released("finished", "f", attempt=True)}
 SELECT * FROM finished
 """,
 )
@@ -517,18 +520,7 @@ WITH moved AS (
             ELSE run_at END,
         attempt = attempt - %(attempt_refund)s::int2,
         finalized_at = CASE WHEN %(finalize)s::bool THEN now() ELSE finalized_at END,
-        errors = CASE WHEN %(error)s::text IS NULL THEN errors
-            ELSE {
-        append_error(
-            "errors",
-            error_entry(
-                "%(error)s::text",
-                "attempt",
-                terminal="%(terminal)s::bool",
-                kind="%(error_type)s::text",
-            ),
-        )
-    } END,
+        errors = {ATTEMPT_ERRORS},
         progress = CASE WHEN %(progress)s::text IS NULL THEN progress
                         ELSE %(progress)s::jsonb END,
         callback_id = CASE WHEN %(state)s::text = 'waiting_external' THEN callback_id END,
@@ -537,10 +529,7 @@ WITH moved AS (
     WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
       AND (%(callback_id)s::uuid IS NULL OR callback_id = %(callback_id)s::uuid)
     RETURNING {JOB_COLUMNS}
-), released AS (
-    DELETE FROM awa_active_leases l USING moved m
-    WHERE l.job_id = m.id AND l.run_lease = m.run_lease
-)
+), {released("moved", attempt=True)}
 SELECT * FROM moved
 """,
 )

@@ -13,10 +13,19 @@ from awa_django.storage.sql import Statement, dead_letters
 from awa_django.storage.sql.fragments import (
     J_JOB_COLUMNS,
     append_error,
-    backoff,
     error_entry,
     key_free,
     notify_cancel,
+)
+from awa_django.storage.sql.transitions import (
+    CALLBACK_CLEARED,
+    FAIL,
+    PROMOTE,
+    RETRY_LATER,
+    chosen,
+    dead_lettered_sql,
+    exhausted_sql,
+    update,
 )
 
 # Params: limit. Index: awa_jobs_promote_idx (run_at) WHERE state IN (scheduled, retryable).
@@ -30,15 +39,19 @@ JOB_PROMOTE_DUE = Statement(
     f"""
 WITH due AS (
     SELECT id FROM awa_jobs_hot j
-    WHERE state IN ('scheduled', 'retryable') AND run_at <= now() AND {key_free("j")}
+    WHERE {PROMOTE.guard()} AND run_at <= now() AND {key_free("j")}
     ORDER BY run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
-    UPDATE awa_jobs_hot j SET state = 'available', run_at = now(),
-        priority = coalesce(j.original_priority, j.priority), original_priority = NULL
-    FROM due WHERE j.id = due.id AND j.state IN ('scheduled', 'retryable')
-    RETURNING j.queue
+    {
+        update(
+            PROMOTE,
+            source="due",
+            where=f"j.id = due.id AND {PROMOTE.guard('j')}",
+            returning="j.queue",
+        )
+    }
 )
 SELECT queue, count(*), pg_notify({channel_sql("queue")}, '')::text
 FROM promoted GROUP BY queue
@@ -56,37 +69,49 @@ def _promoted(rows: query.Rows, count: int) -> int:
 
 
 # What every rescue does to the job it takes back: an attempt that was the job's last one
-# ends `failed` (attempts are a hard bound, decision 009); any other retries with backoff
-# (decision 002). The callback and any unread resume payload go with the attempt.
-_RESCUE_SET = f"""
-    state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END,
-    finalized_at = now(), callback_id = NULL, callback_timeout_at = NULL,
-    callback_result = NULL,
-    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                  ELSE now() + make_interval(secs => {backoff("j.attempt")}) END,
-    errors = {
-    append_error(
-        "j.errors",
-        error_entry("%(message)s::text", "j.attempt", terminal="j.attempt >= j.max_attempts"),
-    )
-}"""
+# ends `failed` (transitions.FAIL: attempts are a hard bound, decision 009); any other
+# retries with backoff (transitions.RETRY_LATER, decision 002). The callback and any
+# unread resume payload go with the attempt.
+_EXHAUSTED = exhausted_sql("j")
+_RESCUE_ENTRY = error_entry("%(message)s::text", "j.attempt", terminal=_EXHAUSTED)
+_RESCUE_SET = chosen(
+    _EXHAUSTED,
+    FAIL,
+    RETRY_LATER,
+    *CALLBACK_CLEARED,
+    ("errors", append_error("j.errors", _RESCUE_ENTRY)),
+)
 
 # A rescued job of a dead-letter queue whose last attempt it was moves to the dead letters
 # in the same statement (decision 016): the rescue's UPDATE leaves such rows alone and a
 # DELETE ... INSERT over the same locked candidates files them, each row touched by one
 # of the two. Params (both): dead_letter_queues text[] (AwaSettings.dead_letter_queues).
-_DEAD = "j.attempt >= j.max_attempts AND j.queue = ANY(%(dead_letter_queues)s::text[])"
+_DEAD = f"{_EXHAUSTED} AND {dead_lettered_sql('j')}"
 
 
-def _dead_letter_ctes(candidates: str, guard: str, reason: str) -> str:
-    """The CTEs `dead` (the deleted job rows) and `entered` (their dead letters) for the
-    rows of `candidates` that `_DEAD` selects, re-checked with `guard`."""
+def _rescue_moves(candidates: str, guard: str, reason: str, *, attempt: bool) -> str:
+    """The CTEs that rescue the locked rows of `candidates` (columns id, run_lease),
+    re-checked with `guard` (over `j`, the job, and `c`, the candidate): `rescued` (FAIL
+    or RETRY_LATER, chosen per row), `dead` and `entered` (the rows `_DEAD` selects,
+    filed as dead letters with `reason`), and `released` (their leases: only the rescued
+    attempt's when `attempt`)."""
     errors = append_error("errors", error_entry("%(message)s::text", "attempt", terminal="true"))
-    return f"""dead AS (
+    columns, own = ("id, run_lease", " AND l.run_lease = r.run_lease") if attempt else ("id", "")
+    return f"""rescued AS (
+    UPDATE awa_jobs_hot j
+    SET {_RESCUE_SET}
+    FROM {candidates} c
+    WHERE j.id = c.id AND {guard} AND NOT ({_DEAD})
+    RETURNING {J_JOB_COLUMNS}
+), dead AS (
     DELETE FROM awa_jobs_hot j USING {candidates} c
     WHERE j.id = c.id AND {guard} AND {_DEAD}
     RETURNING j.*
 ), entered AS ({dead_letters.enter("dead", errors=errors, progress="progress", reason=reason)}
+), released AS (
+    DELETE FROM awa_active_leases l
+    USING (SELECT {columns} FROM rescued UNION ALL SELECT {columns} FROM dead) r
+    WHERE l.job_id = r.id{own}
 )"""
 
 
@@ -110,21 +135,14 @@ WITH candidates AS (
     ORDER BY j.id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
-), rescued AS (
-    UPDATE awa_jobs_hot j
-    SET {_RESCUE_SET}
-    FROM stale s
-    WHERE j.id = s.id AND j.run_lease = s.run_lease AND j.state = 'running' AND NOT ({_DEAD})
-    RETURNING {J_JOB_COLUMNS}
 ), {
-    _dead_letter_ctes(
-        "stale", "j.run_lease = c.run_lease AND j.state = 'running'", "'max_attempts_exhausted'"
+    _rescue_moves(
+        "stale",
+        "j.run_lease = c.run_lease AND j.state = 'running'",
+        "'max_attempts_exhausted'",
+        attempt=True,
     )
-}, released AS (
-    DELETE FROM awa_active_leases l
-    USING (SELECT id, run_lease FROM rescued UNION ALL SELECT id, run_lease FROM dead) r
-    WHERE l.job_id = r.id AND l.run_lease = r.run_lease
-)
+}
 SELECT *, {notify_cancel("id", "run_lease")} FROM rescued
 UNION ALL
 SELECT {dead_letters.AS_FAILED_JOB}, {notify_cancel("m.id", "m.run_lease")}
@@ -192,17 +210,7 @@ WITH expired AS (
     ORDER BY callback_timeout_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), rescued AS (
-    UPDATE awa_jobs_hot j
-    SET {_RESCUE_SET}
-    FROM expired e
-    WHERE j.id = e.id AND j.state = 'waiting_external' AND NOT ({_DEAD})
-    RETURNING {J_JOB_COLUMNS}
-), {_dead_letter_ctes("expired", "j.state = 'waiting_external'", "'callback_timeout'")},
-released AS (
-    DELETE FROM awa_active_leases l
-    USING (SELECT id FROM rescued UNION ALL SELECT id FROM dead) r WHERE l.job_id = r.id
-)
+), {_rescue_moves("expired", "j.state = 'waiting_external'", "'callback_timeout'", attempt=False)}
 SELECT * FROM rescued
 UNION ALL
 SELECT {dead_letters.AS_FAILED_JOB} FROM entered d JOIN dead m ON m.id = d.id

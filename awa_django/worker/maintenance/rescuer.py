@@ -17,6 +17,7 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.states import JobState
 from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql.transitions import dead_lettered
 from awa_django.worker.database import Database
 
 logger = logging.getLogger("awa_django.worker")
@@ -65,7 +66,7 @@ class Rescuer:
             job=row,
             error=row.errors[-1]["error"] if row.errors else reason,
             attempt=row.attempt,
-            dead_lettered=row.queue in self.dead_letter_queues,
+            dead_lettered=dead_lettered(row.queue, self.dead_letter_queues),
             reason=reason,
         )
 

@@ -1,0 +1,325 @@
+"""The job transitions of DESIGN §5, each defined once (decision 041).
+
+A `Move` is one transition as data: the states it may start from (its guard), the columns
+it sets and resets, whether it ends the job's lease, what it NOTIFYs, and the event it
+announces. Statements do not spell a transition out: they render it here (`assignments`,
+`guard`, `released`, `notify_row`, `update`) and add only their selector, the rows it
+applies to (one attempt by id + run_lease, a list of ids, a bulk window, a callback id, a
+rescue set). So adding a column that a retry resets is one edit, in `RETRY`.
+
+Which lease row goes is the selector's: a guarded attempt write (id + run_lease) deletes
+only its own attempt's lease, which a later attempt cannot have taken; a verb from outside
+the attempt (an operator, a callback) deletes whatever lease the job has, so a heartbeat of
+the attempt learns it lost.
+
+What stays hand-written, and why, is in decision 041: the claim, and the one guarded
+statement of the worker's individual outcomes (job_set_state_if_running), whose target
+state is a parameter.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from awa_django.bulk import ACTION_STATES, BulkAction
+from awa_django.channels import channel_sql
+from awa_django.events import Cancelled, Completed, Event, Exhausted, Retried
+from awa_django.states import JobState
+from awa_django.storage.sql.fragments import backoff, notify_cancel
+
+
+class Notify(enum.Enum):
+    NONE = "none"
+    QUEUE = "queue"  # wakes the queue's dispatchers: the job is available now
+    CANCEL = "cancel"  # tells a running or parked attempt's worker it was cancelled
+
+
+_TERMINAL = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+# Resolving a callback consumes it: at most one resolution (callbacks.py's docstring).
+CALLBACK_CLEARED = (
+    ("callback_id", "NULL"),
+    ("callback_timeout_at", "NULL"),
+    ("callback_result", "NULL"),
+)
+# A job made to wait again by an operator or by promotion gets its enqueued priority back
+# and ages anew (decision 018 §6); a callback's retry keeps the priority it had.
+PRIORITY_RESTORED = (
+    ("priority", "coalesce(j.original_priority, j.priority)"),
+    ("original_priority", "NULL"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One transition. `sets` are (column, SQL expression) pairs, expressions over the
+    alias `j` of awa_jobs_hot; `inputs` name columns whose value the statement supplies
+    (a completion's result): a statement that supplies none leaves them as they are.
+    `sources` empty means any state that is not terminal."""
+
+    name: str
+    state: JobState
+    sets: tuple[tuple[str, str], ...]
+    sources: tuple[JobState, ...]
+    releases: bool  # the job's lease row goes when the move commits
+    notify: Notify
+    event: type[Event] | None  # what a committed move announces (None: nothing)
+    inputs: tuple[str, ...] = ()
+
+    def variant(
+        self,
+        name: str,
+        *sets: tuple[str, str],
+        sources: tuple[JobState, ...] | None = None,
+        announced: bool = True,
+    ) -> Move:
+        """This move with more columns set, other sources, or announcing nothing."""
+        return replace(
+            self,
+            name=name,
+            sets=self.sets + sets,
+            sources=self.sources if sources is None else sources,
+            event=self.event if announced else None,
+        )
+
+    def assignments(self, *extra: tuple[str, str], indent: str = "        ", **inputs: str) -> str:
+        """The SET list: `state`, then `sets`, then `extra` (a selector's own columns; one
+        already set is set once, the later value winning), then the `inputs` given, wrapped
+        at 88 columns with `indent` on each continued line."""
+        unknown = set(inputs) - set(self.inputs)
+        if unknown:
+            raise ValueError(f"{self.name} takes no input {sorted(unknown)}")
+        columns = dict([("state", f"'{self.state}'"), *self.sets, *extra])
+        columns.update((name, inputs[name]) for name in self.inputs if name in inputs)
+        return _wrapped([f"{column} = {value}" for column, value in columns.items()], indent)
+
+    def guard(self, alias: str = "", *, indexable: bool = True) -> str:
+        """The states the move starts from, as a condition on `alias`.state; not
+        `indexable`, a form no index can serve (the batched completion's planner trap)."""
+        column = f"{alias}.state" if alias else "state"
+        if not indexable:
+            column += " || ''"
+        if not self.sources:
+            return f"{column} NOT IN ({_listed(_TERMINAL)})"
+        if len(self.sources) == 1:
+            return f"{column} = '{self.sources[0]}'"
+        return f"{column} IN ({_listed(self.sources)})"
+
+    def released(self, moved: str, alias: str = "m", *, attempt: bool = False) -> str:
+        """The CTE `released` that deletes the lease of each row of the CTE `moved`: only
+        the moved attempt's (`attempt`), or whichever the job has."""
+        if not self.releases:
+            raise ValueError(f"{self.name} keeps the lease")
+        return released(moved, alias, attempt=attempt)
+
+    def notify_row(self, prior_state: str = "prior_state") -> str:
+        """A select-list expression sending this move's NOTIFY for one moved row (columns
+        queue, id, run_lease; `prior_state` for a cancel's hint)."""
+        if self.notify is Notify.QUEUE:
+            return f"pg_notify({channel_sql('queue')}, '')::text"
+        if self.notify is Notify.CANCEL:
+            return (
+                f"CASE WHEN {prior_state} IN ('running', 'waiting_external')\n"
+                f"            THEN {notify_cancel('id', 'run_lease')} END"
+            )
+        raise ValueError(f"{self.name} notifies nobody")
+
+
+def released(moved: str, alias: str = "m", *, attempt: bool = False) -> str:
+    """Move.released, for a statement whose target state is a parameter (the worker's
+    individual outcome writes, each of which ends its attempt)."""
+    own = f" AND l.run_lease = {alias}.run_lease" if attempt else ""
+    return f"""released AS (
+    DELETE FROM awa_active_leases l USING {moved} {alias}
+    WHERE l.job_id = {alias}.id{own}
+)"""
+
+
+def update(
+    move: Move,
+    *extra: tuple[str, str],
+    where: str,
+    returning: str,
+    source: str = "",
+    alias: str = "j",
+    **inputs: str,
+) -> str:
+    """The UPDATE of a CTE that applies `move` (with a selector's `extra` columns and the
+    `inputs` it supplies) to the rows `where` picks, joined to `source` if given."""
+    table = f"awa_jobs_hot {alias}" if alias else "awa_jobs_hot"
+    joined = f"\n    FROM {source}" if source else ""
+    return f"""UPDATE {table}
+    SET {move.assignments(*extra, **inputs)}{joined}
+    WHERE {where}
+    RETURNING {returning}"""
+
+
+def chosen(
+    condition: str, then: Move, otherwise: Move, *extra: tuple[str, str], indent: str = "    "
+) -> str:
+    """A SET list (one column a line) that applies `then` to the rows where `condition`
+    holds and `otherwise` to the others: a column both set alike is set once, one they set
+    differently (or only one sets) becomes a CASE, the other keeping the row's value.
+    `extra` (a selector's own columns) apply to every row."""
+    first, second = dict(_columns(then)), dict(_columns(otherwise))
+    lines = []
+    for column in dict.fromkeys([*first, *second]):
+        yes, no = first.get(column, f"j.{column}"), second.get(column, f"j.{column}")
+        value = yes if yes == no else f"CASE WHEN {condition} THEN {yes} ELSE {no} END"
+        lines.append(f"{column} = {value}")
+    lines += [f"{column} = {value}" for column, value in extra]
+    return f",\n{indent}".join(lines)
+
+
+def _columns(move: Move) -> list[tuple[str, str]]:
+    return [("state", f"'{move.state}'"), *move.sets]
+
+
+def _listed(states: tuple[JobState, ...]) -> str:
+    return ", ".join(f"'{state}'" for state in states)
+
+
+def _wrapped(items: list[str], indent: str, width: int = 88) -> str:
+    text, column = "", len("    SET ")
+    for index, item in enumerate(items):
+        piece = item if index == 0 else f", {item}"
+        if index and column + len(piece) > width:
+            text, column, piece = text + ",\n" + indent, len(indent), item
+        text, column = text + piece, column + len(piece)
+    return text
+
+
+# T13 / the worker's Completed: finalized, progress cleared (kept on failure), the result
+# written when the statement has one.
+COMPLETE = Move(
+    "complete",
+    JobState.COMPLETED,
+    (("finalized_at", "now()"), ("progress", "NULL")),
+    (JobState.RUNNING,),
+    True,
+    Notify.NONE,
+    Completed,
+    inputs=("result",),
+)
+
+# T19: any job not yet terminal. A running attempt's later outcome is stale from here on.
+CANCEL = Move(
+    "cancel",
+    JobState.CANCELLED,
+    (("finalized_at", "now()"), *CALLBACK_CLEARED),
+    (),
+    True,
+    Notify.CANCEL,
+    Cancelled,
+)
+
+# T15: a parked job back to available with the attempts reset; errors and run_lease kept.
+RETRY = Move(
+    "retry",
+    JobState.AVAILABLE,
+    (
+        ("attempt", "0"),
+        ("run_at", "now()"),
+        ("finalized_at", "NULL"),
+        *CALLBACK_CLEARED,
+    ),
+    (JobState.WAITING_EXTERNAL,),
+    True,
+    Notify.QUEUE,
+    Retried,
+)
+# T21, an operator's retry (`retry`, `retry_many`, `bulk_retry`): failed, cancelled and
+# parked jobs, and beyond Awa's T21 a retryable one (it runs now instead of after its
+# backoff); the enqueued priority is restored; no event (decision 018).
+OPERATOR_RETRY = RETRY.variant(
+    "operator retry",
+    *PRIORITY_RESTORED,
+    sources=tuple(JobState(state) for state in ACTION_STATES[BulkAction.RETRY]),
+    announced=False,
+)
+
+
+# T12: a parked job runs again with the payload its handler reads (`callback_result`, an
+# input); the lease is refreshed or created by the statement (callbacks.py), not released.
+RESUME = Move(
+    "resume",
+    JobState.RUNNING,
+    (),
+    (JobState.WAITING_EXTERNAL, JobState.RUNNING),
+    False,
+    Notify.NONE,
+    None,
+    inputs=("callback_result",),
+)
+
+# A failed attempt that is retried later, after a backoff on the database clock (DESIGN
+# §5): what a rescue of a non-last attempt does (decision 002; the rescue announces
+# `Rescued` instead, decision 035). The worker's own retry is job_set_state_if_running
+# with state 'retryable' and run_at_mode 'backoff'.
+RETRY_LATER = Move(
+    "retry later",
+    JobState.RETRYABLE,
+    (
+        ("finalized_at", "now()"),
+        ("run_at", f"now() + make_interval(secs => {backoff('j.attempt')})"),
+    ),
+    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    True,
+    Notify.NONE,
+    Retried,
+)
+
+# T14 / a last attempt's failure or rescue: failed for good, errors kept (a statement adds
+# the entry that says why), progress kept (it shows how far the job got).
+FAIL = Move(
+    "fail",
+    JobState.FAILED,
+    (("finalized_at", "now()"),),
+    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    True,
+    Notify.NONE,
+    Exhausted,
+)
+
+# Due scheduled and retryable jobs become available (T05, T08): the queue is woken; the
+# enqueued priority comes back (decision 018 §6).
+PROMOTE = Move(
+    "promote",
+    JobState.AVAILABLE,
+    (("run_at", "now()"), *PRIORITY_RESTORED),
+    (JobState.SCHEDULED, JobState.RETRYABLE),
+    False,
+    Notify.QUEUE,
+    None,
+)
+
+
+# -- failing for good: exhausted? dead-lettered? ------------------------------------------
+# Decided here for every path: the worker's outcomes (execution/outcomes.py, in Python, on
+# the claimed row), and the rescues and callback failures (in SQL, per row, in the one
+# statement that moves the job). Each rule is written in both languages side by side, and
+# test_transition_catalogue evaluates the SQL against the Python over a grid of rows.
+
+
+def exhausted(attempt: int, max_attempts: int) -> bool:
+    """The attempt was the job's last: attempts are a hard bound (decision 009), so a
+    failure of it, a retry it asked for or a rescue of it ends the job `failed`."""
+    return attempt >= max_attempts
+
+
+def exhausted_sql(alias: str) -> str:
+    """`exhausted` of the row aliased `alias`."""
+    return f"{alias}.attempt >= {alias}.max_attempts"
+
+
+def dead_lettered(queue: str, dead_letter_queues: Collection[str]) -> bool:
+    """A job that fails for good on `queue` moves to the dead letters instead of staying
+    `failed` (decision 016): `dead_letter_queues` are AwaSettings.dead_letter_queues."""
+    return queue in dead_letter_queues
+
+
+def dead_lettered_sql(alias: str = "") -> str:
+    """`dead_lettered` of the row aliased `alias`. Param: dead_letter_queues text[]."""
+    column = f"{alias}.queue" if alias else "queue"
+    return f"{column} = ANY(%(dead_letter_queues)s::text[])"
