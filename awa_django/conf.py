@@ -45,6 +45,11 @@ AGING_TOP_PRIORITY = 1
 HOOK_OVERFLOW_POLICIES = ("drop", "pause")
 
 
+# More slots than any process can run: a claim's LIMIT and the slot arithmetic stay far
+# inside PostgreSQL's integers whatever a command line says.
+MAX_CONCURRENCY = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
     name: str
@@ -220,10 +225,12 @@ def _parse_queue(name: str, options: dict[str, Any], max_workers: int | None) ->
     except ValueError as exc:
         raise ImproperlyConfigured(f"{where}: {exc}.") from exc
     queue = QueueConfig(name=name, **options)
-    if not (_is_int(queue.concurrency) and queue.concurrency >= 1) or not (
+    if not (_is_int(queue.concurrency) and 1 <= queue.concurrency <= MAX_CONCURRENCY) or not (
         _is_number(queue.deadline) and queue.deadline >= 0
     ):
-        raise ImproperlyConfigured(f"{where}: concurrency must be >= 1 and deadline >= 0.")
+        raise ImproperlyConfigured(
+            f"{where}: concurrency must be 1 to {MAX_CONCURRENCY} and deadline >= 0."
+        )
     if queue.rate_scope not in RATE_SCOPES:
         raise ImproperlyConfigured(
             f"{where}: rate_scope must be one of {', '.join(RATE_SCOPES)}, "

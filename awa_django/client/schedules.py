@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from django.db.models.functions import Now
 
-from awa_django.codec import storable_text
+from awa_django.codec import storable_text, unstorable_character
 from awa_django.cron import upcoming_fire
 from awa_django.exceptions import ScheduleNotFound
 from awa_django.snapshot import JobSnapshot, ScheduleSnapshot
@@ -33,6 +33,7 @@ def schedules(using: str) -> list[ScheduleSnapshot]:
 
 
 def schedule(using: str, name: str) -> ScheduleSnapshot:
+    _check_name(name)
     model = _model()
     row = model.objects.using(using).annotate(db_now=Now()).filter(name=name).first()
     if row is None:
@@ -43,6 +44,7 @@ def schedule(using: str, name: str) -> ScheduleSnapshot:
 def pause(using: str, name: str, by: str) -> ScheduleSnapshot:
     """Stop firing `name` until resumed; its last fire time stays, so on resume its
     missed-fire policy decides what the paused time enqueues. Idempotent."""
+    _check_name(name)
     paused_by = storable_text(str(by))[:MAX_PAUSED_BY_CHARS]
     changed = (
         _model()
@@ -59,6 +61,7 @@ def resume(using: str, name: str) -> ScheduleSnapshot:
     """Fire `name` again. The fires due while it was paused count as missed (its policy
     decides), however short the pause: `resumed_at` marks them (decision 034). Idempotent:
     resuming an active schedule changes nothing."""
+    _check_name(name)
     changed = (
         _model()
         .objects.using(using)
@@ -72,6 +75,7 @@ def resume(using: str, name: str) -> ScheduleSnapshot:
 
 def trigger(using: str, name: str) -> JobSnapshot:
     """Enqueue one job of `name` now (paused or not), leaving its fire sequence alone."""
+    _check_name(name)
     job = cron_sql.cron_schedule_trigger(name=name).run(using)
     if job is None:
         raise ScheduleNotFound(f"no cron schedule named {name!r}")
@@ -81,8 +85,16 @@ def trigger(using: str, name: str) -> JobSnapshot:
 def remove(using: str, name: str) -> None:
     """Delete the row. A process that still declares `name` re-creates it at its next
     sync (as a new schedule: no back-fill), so remove the declaration first."""
+    _check_name(name)
     deleted, _ = _model().objects.using(using).filter(name=name).delete()
     if not deleted:
+        raise ScheduleNotFound(f"no cron schedule named {name!r}")
+
+
+def _check_name(name: object) -> None:
+    """A name no schedule can have (not text, or text PostgreSQL cannot store) is not
+    found, said before any SQL: the database would refuse it with its own error."""
+    if not isinstance(name, str) or unstorable_character(name) is not None:
         raise ScheduleNotFound(f"no cron schedule named {name!r}")
 
 

@@ -196,7 +196,7 @@ def plan_unknown_kind(row: JobSnapshot, error: UnknownJobKind, grace: float) -> 
         0.0 if since is None else (now - since).total_seconds(), (now - row.run_at).total_seconds()
     )
     if grace <= 0 or unhandled_for >= grace:
-        waited = "" if grace <= 0 else f" (no worker has run this kind for {grace:.0f}s)"
+        waited = "" if grace <= 0 else f" (not run within UNKNOWN_KIND_GRACE, {grace:.0f}s)"
         return Transition(
             JobState.FAILED,
             Exhausted,

@@ -118,8 +118,10 @@ class HealthServer:
 
 # A scrape sees figures at most this old; scrapers poll every 15 s or more.
 METRICS_MAX_AGE_SECONDS = 1.0
-# A probe answer is reused this long: probes of a fleet's orchestrators arrive together.
-READINESS_MAX_AGE_SECONDS = 1.0
+# A probe's answer is not kept once given: requests that arrive while a probe runs share
+# it, which is what a burst of orchestrators' probes needs, and the next request probes
+# afresh, so a database outage shorter than a second still reads as 503 to whoever asks.
+READINESS_MAX_AGE_SECONDS = 0.0
 
 T = TypeVar("T")
 

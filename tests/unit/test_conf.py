@@ -127,9 +127,9 @@ def test_queue_atomic_must_be_a_bool(value: Any) -> None:
         settings_from({"QUEUES": {"a": {"atomic": value}}})
 
 
-@pytest.mark.parametrize("options", [{"concurrency": 0}, {"deadline": -1}])
+@pytest.mark.parametrize("options", [{"concurrency": 0}, {"concurrency": 10_001}, {"deadline": -1}])
 def test_queue_limits_are_checked(options: dict[str, Any]) -> None:
-    with pytest.raises(ImproperlyConfigured, match="concurrency must be >= 1"):
+    with pytest.raises(ImproperlyConfigured, match="concurrency must be 1 to 10000"):
         settings_from({"QUEUES": {"a": options}})
 
 

@@ -375,7 +375,7 @@ def test_after_the_grace_the_job_fails_for_good() -> None:
     row = handed_back(NOW - dt.timedelta(seconds=3600), attempted_at=NOW)
     failed = plan_unknown_kind(row, UnknownJobKind("unknown job kind: x"), 3600)
     assert (failed.state, failed.event, failed.terminal) == ("failed", Exhausted, True)
-    assert failed.error == "unknown job kind: x (no worker has run this kind for 3600s)"
+    assert failed.error == "unknown job kind: x (not run within UNKNOWN_KIND_GRACE, 3600s)"
 
 
 def test_a_job_claimed_once_it_was_due_for_the_grace_fails_without_a_hand_back() -> None:
@@ -424,4 +424,4 @@ def test_a_kind_unhandled_for_the_whole_grace_fails_for_good() -> None:
     row = make_row(errors=[_handed_back_at(NOW - dt.timedelta(seconds=2))])
     t = outcomes.plan_unknown_kind(row, UnknownJobKind("unknown job kind: x"), 1)
     assert (t.state, t.terminal, t.error_type) == ("failed", True, _UNKNOWN)
-    assert t.error == "unknown job kind: x (no worker has run this kind for 1s)"
+    assert t.error == "unknown job kind: x (not run within UNKNOWN_KIND_GRACE, 1s)"

@@ -18,6 +18,10 @@ from awa_django.exceptions import InvalidThreshold
 SHORT_NAMES = {"waiting_external": "waiting"}
 
 
+# A week: longer than any rollup retention worth reading here, and far inside an interval's range.
+MAX_WINDOW_MINUTES = 7 * 24 * 60
+
+
 class Command(BaseCommand):
     help = (
         "Show depth by state, dead letters, throughput, lag and paused flag per queue, "
@@ -42,8 +46,8 @@ class Command(BaseCommand):
         using = options["database"] or settings.read_database or settings.database
         if using not in connections.databases:
             raise CommandError(f"unknown database alias {using!r}; see DATABASES in settings")
-        if options["window"] < 1:
-            raise CommandError("--window must be at least 1 minute")
+        if not 1 <= options["window"] <= MAX_WINDOW_MINUTES:
+            raise CommandError(f"--window must be 1 to {MAX_WINDOW_MINUTES} minutes")
         if options["check"]:
             self._check(using, options)
             return

@@ -13,7 +13,14 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from awa_django.conf import QueueConfig, check_weighted, load_settings, validate_queue_name
+from awa_django.codec import unstorable_character
+from awa_django.conf import (
+    MAX_CONCURRENCY,
+    QueueConfig,
+    check_weighted,
+    load_settings,
+    validate_queue_name,
+)
 from awa_django.exceptions import InvalidQueueName, MetricsUnavailable
 from awa_django.registry import registry
 from awa_django.worker.runtime import run_worker
@@ -46,9 +53,31 @@ def queue_option(value: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(
             f"expected NAME=CONCURRENCY, got {value!r}: {exc}"
         ) from exc
-    if concurrency < 1:
-        raise argparse.ArgumentTypeError("concurrency must be at least 1")
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"concurrency must be 1 to {MAX_CONCURRENCY}")
     return name, concurrency
+
+
+WORKER_ID_CHARS = 200  # the column's length (ActiveLease.worker_id, WorkerInstance.id)
+
+
+def worker_id_option(value: str) -> str:
+    """An identity PostgreSQL can store and a connection can carry in its application
+    name: refused here, not by every connection the worker would open."""
+    flaw = unstorable_character(value)
+    if flaw is not None or not 1 <= len(value) <= WORKER_ID_CHARS:
+        why = f"contains {flaw}" if flaw else f"must be 1 to {WORKER_ID_CHARS} characters"
+        raise argparse.ArgumentTypeError(f"--worker-id {why}")
+    return value
+
+
+def host_option(value: str) -> str:
+    """A host the endpoint can bind: an address or a name that encodes (IDNA)."""
+    try:
+        value.encode("idna")
+    except UnicodeError as exc:
+        raise argparse.ArgumentTypeError(f"not a host name or address: {exc}") from exc
+    return value
 
 
 def port_number(value: str) -> int:
@@ -104,7 +133,11 @@ class Command(BaseCommand):
             help="per-attempt deadline for all queues "
             "in seconds (0 = none; default per queue, 300)",
         )
-        parser.add_argument("--worker-id", help="identity shown in leases and the dashboard")
+        parser.add_argument(
+            "--worker-id",
+            type=worker_id_option,
+            help="identity shown in leases and the dashboard",
+        )
         parser.add_argument(
             "--metrics-port",
             type=port_number,
@@ -113,6 +146,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-host",
+            type=host_option,
             default="0.0.0.0",
             help="address the metrics and health endpoint listens on (default 0.0.0.0, all "
             "interfaces; 127.0.0.1 keeps it on this machine)",
