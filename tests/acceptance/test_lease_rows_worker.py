@@ -90,6 +90,9 @@ def test_no_lease_outlives_its_attempt_in_a_four_worker_drain(start_worker):
     )
     assert sampler.samples > 50
     assert sampler.most_per_worker <= 2 * SLOTS  # the slots, plus one completion batch
+    # A late row lives until its heartbeat's next sweep (50 ms): never more than one batch
+    # of them per worker at once (without decision 033 they piled up until the orphan sweep).
+    assert sampler.most_late <= WORKERS * SLOTS
     assert lingered < 1.0
     for worker in workers:
         assert worker.stop() == 0

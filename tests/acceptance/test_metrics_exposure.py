@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +81,10 @@ def test_health_answers_within_a_second_under_200_concurrent_scrapes(start_worke
     wait_until(lambda: get(f"{base}/readyz")[0] == 200, what="ready")
     stop_at = time.monotonic() + 30
 
+    started = threading.Semaphore(0)
+
     def scrape(_: int) -> int:
+        started.release()
         scraped = 0
         while time.monotonic() < stop_at and scraped < 15:
             with urllib.request.urlopen(f"{base}/metrics", timeout=60) as response:
@@ -90,7 +94,8 @@ def test_health_answers_within_a_second_under_200_concurrent_scrapes(start_worke
 
     with ThreadPoolExecutor(max_workers=200) as scrapers:
         running = [scrapers.submit(scrape, n) for n in range(200)]
-        time.sleep(0.5)  # the scrapes are under way
+        for _ in range(200):  # every scraper is under way before the probes
+            assert started.acquire(timeout=30)
         probes = []
         for _ in range(5):
             probes.append(("/healthz", *timed_get(f"{base}/healthz")))

@@ -5,7 +5,6 @@ happen inserts none; a builder that fails leaves the job as it was."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import time
@@ -24,11 +23,11 @@ from awa_django.events import Event
 from awa_django.exceptions import CallbackNotFound, FollowUpFailed
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.web.signing import sign_callback_request
-from awa_django.worker.database import Database
 from awa_django.worker.maintenance.rescuer import Rescuer
 from testproject.shop.jobs import SendReceipt
 from tests.factories import JobFactory
 from tests.integration.test_callbacks import ParkedJobFactory, callback_of, running_with_callback
+from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db
 
@@ -260,15 +259,7 @@ def test_a_rescue_enqueues_its_follow_ups_after_it_commits() -> None:
         job_id=stale.id, run_lease=1, queue=stale.queue, worker_id="w", heartbeat_at=ago
     )
 
-    async def rescue() -> None:
-        db = Database("default", "awa-follow-up-test", max_size=2)
-        await db.open()
-        try:
-            await Rescuer(db, staleness=90, emit=lambda event: None).run_once()
-        finally:
-            await db.close()
-
-    asyncio.run(rescue())
+    with_db(lambda db: Rescuer(db, staleness=90, emit=lambda event: None).run_once())
     # A rescue that ends the job is one Exhausted transition: its Rescued builders do not
     # run (decision 035); the retrying rescue's do.
     assert sorted(notified()) == [
@@ -283,14 +274,6 @@ def test_a_rescue_whose_builder_fails_is_still_committed(clean_hooks: Any) -> No
     ago = timezone.now() - dt.timedelta(hours=1)
     job = parked(4, callback_timeout_at=ago)
 
-    async def rescue() -> None:
-        db = Database("default", "awa-follow-up-test", max_size=2)
-        await db.open()
-        try:
-            await Rescuer(db, staleness=90, emit=lambda event: None).run_once()
-        finally:
-            await db.close()
-
-    asyncio.run(rescue())
+    with_db(lambda db: Rescuer(db, staleness=90, emit=lambda event: None).run_once())
     assert Job.objects.get(id=job.id).state == "retryable"
     assert notified() == []

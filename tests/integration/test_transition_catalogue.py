@@ -46,6 +46,7 @@ from awa_django.worker.database import Database
 from awa_django.worker.maintenance.rescuer import Rescuer
 from tests.factories import JobFactory
 from tests.integration import test_attempt_conformance as attempts
+from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -662,15 +663,7 @@ def _rescue_now(job_id: int) -> None:
         heartbeat_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     )
 
-    async def rescue() -> None:
-        db = Database("default", "awa-catalogue", max_size=2)
-        await db.open()
-        try:
-            await Rescuer(db, staleness=90, emit=lambda event: None).run_once()
-        finally:
-            await db.close()
-
-    asyncio.run(rescue())
+    with_db(lambda db: Rescuer(db, staleness=90, emit=lambda event: None).run_once())
 
 
 _ARGS = {"mode": "complete", "seconds": 0.0, "note": ""}
