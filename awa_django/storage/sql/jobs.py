@@ -508,6 +508,8 @@ def job_complete_one(*, id: int, run_lease: int, result: str | None) -> Query[Jo
 # path or NULL), terminal (bool), progress (json text or NULL: the attempt's latest
 # snapshot), callback_id (park only: the token the handler returned must still be the
 # job's current callback). Zero rows = stale outcome (rescued, cancelled or re-claimed).
+# A park gives up the job's concurrency-key slot (key_slot NULL: the release trigger frees
+# it), which a sequential wait (job_enter_wait) keeps (decision 045).
 JOB_SET_STATE_IF_RUNNING = Statement(
     "job_set_state_if_running",
     f"""
@@ -525,7 +527,8 @@ WITH moved AS (
                         ELSE %(progress)s::jsonb END,
         callback_id = CASE WHEN %(state)s::text = 'waiting_external' THEN callback_id END,
         callback_timeout_at = CASE WHEN %(state)s::text = 'waiting_external'
-                                   THEN callback_timeout_at END
+                                   THEN callback_timeout_at END,
+        key_slot = CASE WHEN %(state)s::text <> 'waiting_external' THEN key_slot END
     WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
       AND (%(callback_id)s::uuid IS NULL OR callback_id = %(callback_id)s::uuid)
     RETURNING {JOB_COLUMNS}
