@@ -137,16 +137,6 @@ def holders(key: str) -> list[int]:
     return sorted(rows.values_list("job_id", flat=True))
 
 
-def two_of_one_key() -> tuple[int, int]:
-    """Job A admitted (available) and job B waiting for A's slot."""
-    first, second = enqueue(mode=MODE), enqueue()
-    assert (state(first), state(second)) == ("available", "waiting_slot")
-    return first, second
-
-
-MODE = "ok"
-
-
 def run_one() -> None:
     assert run_available(QUEUE, limit=1) == 1
 
@@ -184,9 +174,14 @@ def test_enqueue_may_override_the_key_and_bulk_enqueue_keys_each_row() -> None:
     assert holders("acme") == [first]
 
 
-@pytest.mark.parametrize(
-    "key", ["", "x" * 201, "nul\x00", True, 1.5, ["a"], "\udc80"], ids=repr
-)
+def test_copy_enqueue_admits_through_the_same_trigger() -> None:
+    ids = Client().enqueue_many([Keyed(f"t{n % 4}") for n in range(100)])  # COPY: >= 64 rows
+    states = [state(i) for i in ids]
+    assert states[:4] == ["available"] * 4
+    assert states[4:] == ["waiting_slot"] * 96
+
+
+@pytest.mark.parametrize("key", ["", "x" * 201, "nul\x00", True, 1.5, ["a"], "\udc80"], ids=repr)
 def test_bad_keys_are_refused_before_any_sql(key: object) -> None:
     with pytest.raises(InvalidEnqueueOption):
         enqueue(concurrency_key=key)
@@ -227,6 +222,7 @@ def test_each_outcome_frees_the_slot_for_the_next_job(mode: str, after: str) -> 
 def test_a_snoozed_job_waits_for_a_slot_again_when_promoted() -> None:
     first, second = enqueue(mode="snooze"), enqueue()
     run_one()
+    assert holders("acme") == [second]
     Job.objects.filter(id=first).update(run_at=F("run_at") - dt.timedelta(days=1))
     maintenance_sql.job_promote_due(limit=10).run("default")
     assert state(first) == "waiting_slot"  # `second` holds the key's one slot
@@ -262,7 +258,7 @@ def test_bulk_cancel_frees_every_slot_and_leaves_nothing_admitted() -> None:
 
 def test_a_rescued_attempt_frees_its_slot_at_rescue_not_before() -> None:
     first, second = enqueue(), enqueue()
-    (row,) = claim(queue=QUEUE)
+    assert [row.id for row in claim(queue=QUEUE)] == [first]
     assert holders("acme") == [first]  # running: still held
     ActiveLease.objects.filter(job_id=first).update(
         heartbeat_at=transaction_now() - dt.timedelta(hours=1)
