@@ -3,9 +3,8 @@ the leader's sweep of jobs waiting for a slot, and the busiest keys operators re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from awa_django.channels import channel_sql
+from awa_django.snapshot import KeyFigures
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
@@ -55,16 +54,6 @@ def job_admit_waiting(*, limit: int) -> Query[int]:
 
 def _admitted(rows: query.Rows, count: int) -> int:
     return sum(row[1] for row in rows)
-
-
-@dataclass(frozen=True, slots=True)
-class KeyFigures:
-    """One concurrency key as operators see it: its text (as enqueued, up to 200
-    characters), the jobs holding its slots and the jobs waiting for one."""
-
-    key: str
-    in_flight: int
-    waiting: int
 
 
 # Params: limit. The busiest keys: those with the most jobs holding a slot or waiting for
