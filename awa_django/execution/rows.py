@@ -37,6 +37,7 @@ from awa_django.conf import (
 )
 from awa_django.exceptions import InvalidEnqueueOption, UnknownJobKind
 from awa_django.keys import KEY_METADATA, KeyFunction, KeyLimits, check_key, key_of
+from awa_django.limits import RateLimit
 from awa_django.options import (
     check_kind,
     check_max_attempts,
@@ -114,26 +115,34 @@ class JobTemplate:
     tags: list[str]
     tags_json: str  # job_insert_many takes each row's tags as JSON: no ragged text[][]
     unique: UniqueOpts | None = None
-    # Per-key concurrency (decision 045): the limits of a keyed kind (None: no key), and
-    # the key of this call or else the function that gives each job its key.
-    key_limits: KeyLimits | None = None
+    # Per-key concurrency (decision 045): whether this template's rows may have a key; the
+    # key of this call, else the function that gives each job its key; the limits the
+    # `@job` declares (None: the queue's settings, read per row, since templates are kept).
+    has_key: bool = False
     key: str | None = None
     key_function: KeyFunction | None = None
+    declared_max: int | None = None
+    declared_rate: RateLimit | None = None
 
     def keyed(self, args: Any) -> JobTemplate:
         """This template for one job of `args`: with its key in the metadata, where the
         insert trigger finds it, or itself for a job without a key."""
-        if self.key_limits is None:
+        if not self.has_key:
             return self
         key = self.key
         if key is None and self.key_function is not None:
             key = key_of(self.key_function, args, self.kind)
         if key is None:
             return self
+        config = awa_settings().queue(self.queue)
+        limits = KeyLimits(
+            config.max_in_flight if self.declared_max is None else self.declared_max,
+            config.key_rate_limit if self.declared_rate is None else self.declared_rate,
+        )
         metadata = json.loads(self.metadata)
-        metadata[KEY_METADATA] = self.key_limits.spec(key)
+        metadata[KEY_METADATA] = limits.spec(key)
         return dataclasses.replace(
-            self, metadata=dumps(metadata, what="metadata", limit=_limit()), key_limits=None
+            self, metadata=dumps(metadata, what="metadata", limit=_limit()), has_key=False
         )
 
     def unique_key(self, args_json: str, now: dt.datetime | None = None) -> bytes | None:
@@ -288,20 +297,11 @@ def _plan_template(
         tags=tags,
         tags_json=dumps(tags, what="tags"),
         unique=_unique(options.unique, definition),
-        key_limits=_key_limits(definition, queue) if key or key_function else None,
+        has_key=bool(key or key_function),
         key=key,
         key_function=key_function,
-    )
-
-
-def _key_limits(definition: JobDefinition | None, queue: str) -> KeyLimits:
-    """A keyed job's limits: its `@job` declaration's, else its queue's settings."""
-    config = awa_settings().queue(queue)
-    max_in_flight = definition.max_in_flight if definition is not None else None
-    rate = definition.key_rate_limit if definition is not None else None
-    return KeyLimits(
-        max_in_flight=config.max_in_flight if max_in_flight is None else max_in_flight,
-        rate_limit=config.key_rate_limit if rate is None else rate,
+        declared_max=definition.max_in_flight if definition is not None else None,
+        declared_rate=definition.key_rate_limit if definition is not None else None,
     )
 
 
@@ -325,7 +325,7 @@ def plan_many(jobs: Iterable[Any], options: EnqueueOptions) -> BulkRows:
                 encode_args(args)  # raises the SerializationError that names it
             planned = templates[type(args)] = (template, template.what)
         template, what = planned
-        if template.key_limits is not None:
+        if template.has_key:
             template = template.keyed(args)
         rows.append((template, encode_args_value(args, what=what, limit=limit)))
     channels = sorted({c for t, _ in templates.values() for c in t.channels})
