@@ -124,6 +124,11 @@ class JobTemplate:
     declared_max: int | None = None
     declared_rate: RateLimit | None = None
 
+    @property
+    def carries_key(self) -> bool:
+        """Whether this row's metadata gives it a concurrency key (after `keyed`)."""
+        return not self.has_key and KEY_METADATA in self.metadata
+
     def keyed(self, args: Any) -> JobTemplate:
         """This template for one job of `args`: with its key in the metadata, where the
         insert trigger finds it, or itself for a job without a key."""

@@ -8,7 +8,8 @@ admitted); keys get their slot rows, token buckets and per-kind overrides; the s
 Admission and release are triggers on awa_jobs_hot, so every path that makes a keyed job
 available or running takes a slot, and every path that moves it out frees its slot, in
 the same transaction, including paths written later. Each trigger is guarded by a WHEN on
-the key columns: rows without a key run no trigger function at all.
+the key columns: rows without a key run no trigger function at all. There is no BEFORE
+INSERT trigger, so COPY keeps inserting in batches.
 
 Safe with jobs in flight: both columns are nullable without a default (no rewrite), the
 waiting index is built CONCURRENTLY (so the migration is not atomic) and matches no row
@@ -120,21 +121,21 @@ BEGIN
     RETURN j;
 END $$;
 
--- BEFORE INSERT, for rows whose metadata carries a key: the digest, then admission.
+-- AFTER INSERT, for rows whose metadata carries a key: the digest is written, and the
+-- row's state is set to itself, which runs admission (the BEFORE UPDATE OF state trigger)
+-- for an available row. AFTER, not BEFORE: any BEFORE ROW INSERT trigger on the table
+-- makes COPY insert row by row instead of in batches, for every job, keyed or not.
 CREATE OR REPLACE FUNCTION awa_key_enter() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     key text := NEW.metadata -> '_awa_concurrency' ->> 'key';
 BEGIN
-    NEW.key_slot := NULL;
-    IF key IS NULL OR key = '' THEN
-        NEW.concurrency_key := NULL;
-        RETURN NEW;
+    IF key IS NOT NULL AND key <> '' THEN
+        UPDATE awa_jobs_hot
+        SET concurrency_key = substring(sha256(convert_to(key, 'UTF8')) FROM 1 FOR 16),
+            key_slot = NULL, state = state
+        WHERE id = NEW.id;
     END IF;
-    NEW.concurrency_key := substring(sha256(convert_to(key, 'UTF8')) FROM 1 FOR 16);
-    IF NEW.state IN ('available', 'running') THEN
-        NEW := awa_key_admit(NEW);
-    END IF;
-    RETURN NEW;
+    RETURN NULL;
 END $$;
 
 -- BEFORE UPDATE OF state, for a keyed job without a slot becoming available or running.
@@ -198,7 +199,7 @@ $$;
 # a sequential wait (the park statement drops it itself, decision 045).
 _HOLDING = "('available', 'running', 'waiting_external')"
 TRIGGERS = f"""
-CREATE TRIGGER awa_key_enter BEFORE INSERT ON awa_jobs_hot FOR EACH ROW
+CREATE TRIGGER awa_key_enter AFTER INSERT ON awa_jobs_hot FOR EACH ROW
     WHEN (NEW.metadata ? '_awa_concurrency') EXECUTE FUNCTION awa_key_enter();
 CREATE TRIGGER awa_key_admit BEFORE UPDATE OF state ON awa_jobs_hot FOR EACH ROW
     WHEN (NEW.concurrency_key IS NOT NULL AND NEW.key_slot IS NULL

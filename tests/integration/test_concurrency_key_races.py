@@ -25,7 +25,7 @@ INSERT = """
 INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, max_attempts,
                           run_lease, errors, metadata, tags, attempted_by)
 VALUES ('race_keyed', 'race-keys', '{}', 'available', 2, 0, 25, 0, '[]', %s, '{}', '{}')
-RETURNING id, state
+RETURNING id
 """
 
 
@@ -45,9 +45,12 @@ def connections() -> Iterator[tuple[psycopg.Connection[Any], psycopg.Connection[
 
 
 def enqueue(conn: psycopg.Connection[Any], key: str = "k") -> tuple[int, str]:
+    """A keyed job inserted on `conn`, and its state after admission as `conn` sees it."""
     row = conn.execute(INSERT, [metadata(key)]).fetchone()
     assert row is not None
-    return row[0], row[1]
+    admitted = conn.execute("SELECT state FROM awa_jobs_hot WHERE id = %s", [row[0]]).fetchone()
+    assert admitted is not None
+    return row[0], admitted[0]
 
 
 def state(job_id: int) -> str:
