@@ -77,6 +77,13 @@ class QueueConfig:
     max_in_flight: int = 1
     key_rate_limit: RateLimit | None = None
 
+    def key_limits(self, max_in_flight: int | None, rate_limit: RateLimit | None) -> keys.KeyLimits:
+        """A keyed job's limits: those its `@job` declares, else this queue's defaults."""
+        return keys.KeyLimits(
+            self.max_in_flight if max_in_flight is None else max_in_flight,
+            self.key_rate_limit if rate_limit is None else rate_limit,
+        )
+
 
 # How many job kinds a worker's metrics name in their `kind` label (docs/operations.md).
 DEFAULT_METRICS_MAX_KINDS = 100

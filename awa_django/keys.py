@@ -9,6 +9,7 @@ release are that migration's triggers (docs/flow-control.md, decision 045).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,13 @@ class KeyLimits:
             spec["rate"] = self.rate_limit.rate
             spec["burst"] = self.rate_limit.burst
         return spec
+
+
+def keyed_metadata(metadata: str, key: str, limits: KeyLimits) -> dict[str, Any]:
+    """A job's metadata (JSON text) with its key and limits added, for the insert trigger."""
+    keyed: dict[str, Any] = json.loads(metadata)
+    keyed[KEY_METADATA] = limits.spec(key)
+    return keyed
 
 
 def check_key(key: object) -> str:

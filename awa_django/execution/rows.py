@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
@@ -36,7 +35,7 @@ from awa_django.conf import (
     validate_queue_name,
 )
 from awa_django.exceptions import InvalidEnqueueOption, UnknownJobKind
-from awa_django.keys import KEY_METADATA, KeyFunction, KeyLimits, check_key, key_of
+from awa_django.keys import KEY_METADATA, KeyFunction, check_key, key_of, keyed_metadata
 from awa_django.limits import RateLimit
 from awa_django.options import (
     check_kind,
@@ -139,16 +138,11 @@ class JobTemplate:
             key = key_of(self.key_function, args, self.kind)
         if key is None:
             return self
-        config = awa_settings().queue(self.queue)
-        limits = KeyLimits(
-            config.max_in_flight if self.declared_max is None else self.declared_max,
-            config.key_rate_limit if self.declared_rate is None else self.declared_rate,
+        limits = awa_settings().queue(self.queue).key_limits(self.declared_max, self.declared_rate)
+        metadata = dumps(
+            keyed_metadata(self.metadata, key, limits), what="metadata", limit=_limit()
         )
-        metadata = json.loads(self.metadata)
-        metadata[KEY_METADATA] = limits.spec(key)
-        return dataclasses.replace(
-            self, metadata=dumps(metadata, what="metadata", limit=_limit()), has_key=False
-        )
+        return dataclasses.replace(self, metadata=metadata, has_key=False)
 
     def unique_key(self, args_json: str, now: dt.datetime | None = None) -> bytes | None:
         """The row's unique key (None for a job that is not unique); `now` buckets a job
