@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from itertools import pairwise
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -62,9 +63,9 @@ def audit() -> Iterator[None]:
         cursor.execute(DROP_AUDIT)
 
 
-def fetch(sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
+def fetch(sql: str) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params or [])
+        cursor.execute(sql)
         return list(cursor.fetchall())
 
 
@@ -78,7 +79,7 @@ def completed(kind_queue: str = QUEUE) -> int:
 
 def max_claim_count() -> int:
     (row,) = fetch("SELECT coalesce(max(running), 0) FROM acc_keys_audit WHERE phase = 'claim'")
-    return int(row[0])  # type: ignore[call-overload]
+    return int(row[0])
 
 
 def max_handler_overlap() -> dict[str, int]:
@@ -91,9 +92,9 @@ def max_handler_overlap() -> dict[str, int]:
     most: dict[str, int] = {}
     running: dict[str, int] = {}
     for key, _, step in rows:
-        running[key] = running.get(key, 0) + step  # type: ignore[index, call-overload]
-        most[key] = max(most.get(key, 0), running[key])  # type: ignore[index, call-overload]
-    return most  # type: ignore[return-value]
+        running[key] = running.get(key, 0) + step
+        most[key] = max(most.get(key, 0), running[key])
+    return most
 
 
 def start_four(start_worker: StartWorker) -> list[WorkerProcess]:
@@ -153,7 +154,7 @@ def test_a_killed_workers_slots_come_back_at_rescue_never_before(
             Job.objects.filter(id__in=orphans, state="running").values_list("id", "key_slot")
         )
         for job_id, slot in still:
-            assert KeySlot.objects.filter(job_id=job_id, slot=slot).exists()
+            assert slot is not None and KeySlot.objects.filter(job_id=job_id, slot=slot).exists()
         if not still:
             break
         time.sleep(0.05)

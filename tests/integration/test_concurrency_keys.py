@@ -134,7 +134,13 @@ def state(job_id: int) -> str:
 def holders(key: str) -> list[int]:
     """The ids of the jobs holding a slot of `key`."""
     rows = KeySlot.objects.filter(key_digest=key_digest(key), job_id__isnull=False)
-    return sorted(rows.values_list("job_id", flat=True))
+    return sorted(job_id for job_id in rows.values_list("job_id", flat=True) if job_id)
+
+
+def callback_of(job_id: int) -> uuid.UUID:
+    callback_id = Job.objects.get(id=job_id).callback_id
+    assert callback_id is not None
+    return callback_id
 
 
 def run_one() -> None:
@@ -150,8 +156,8 @@ def test_a_key_admits_max_in_flight_jobs_and_the_rest_wait_in_dispatch_order() -
     assert state(urgent) == "waiting_slot" and state(other) == "available"
     assert holders("acme") == ids[:2]
     job = Job.objects.get(id=ids[0])
-    assert bytes(job.concurrency_key) == key_digest("acme")
-    assert KeySlot.objects.filter(key_digest=key_digest("acme")).first().key_text == "acme"
+    assert job.concurrency_key is not None and bytes(job.concurrency_key) == key_digest("acme")
+    assert KeySlot.objects.get(key_digest=key_digest("acme"), slot=0).key_text == "acme"
     # Completing one hands its slot to the most urgent waiting job, not the oldest.
     run_available(QUEUE, limit=1)
     assert state(urgent) == "available" and state(ids[2]) == "waiting_slot"
@@ -286,9 +292,8 @@ def test_a_dead_lettered_job_frees_its_slot_and_a_retried_dead_letter_waits_agai
 def test_a_parked_job_resumed_waits_for_a_slot_when_its_key_is_full() -> None:
     first, second = enqueue(mode="park"), enqueue()
     run_one()
-    callback_id = Job.objects.get(id=first).callback_id
     assert state(first) == "waiting_external" and holders("acme") == [second]
-    Client().resume_external(callback_id, {"go": 1})
+    Client().resume_external(callback_of(first), {"go": 1})
     assert state(first) == "waiting_slot"
     assert holders("acme") == [second]
 
@@ -296,14 +301,14 @@ def test_a_parked_job_resumed_waits_for_a_slot_when_its_key_is_full() -> None:
 def test_a_parked_job_resumed_with_a_free_slot_takes_it() -> None:
     first = enqueue(mode="park")
     run_one()
-    Client().resume_external(Job.objects.get(id=first).callback_id, None)
+    Client().resume_external(callback_of(first), None)
     assert state(first) == "running" and holders("acme") == [first]
 
 
 def test_callback_resolutions_of_a_parked_job_leave_the_slots_alone() -> None:
     first, second = enqueue(mode="park"), enqueue()
     run_one()
-    Client().complete_external(Job.objects.get(id=first).callback_id, None)
+    Client().complete_external(callback_of(first), None)
     assert state(first) == "completed" and holders("acme") == [second]
 
 

@@ -110,4 +110,5 @@ def test_key_waiting_by_queue_counts_waiting_jobs_per_queue() -> None:
 
 def test_the_digest_is_the_same_in_python_and_in_the_trigger() -> None:
     job = keyed("é-tenant/42")
+    assert job.concurrency_key is not None
     assert bytes(job.concurrency_key) == key_digest("é-tenant/42")
