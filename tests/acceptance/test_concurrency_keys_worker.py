@@ -53,6 +53,14 @@ DROP TABLE IF EXISTS acc_keys_audit;
 """
 
 
+# The orphans still running, each with whether its key's slot row still holds it.
+ORPHANS = """
+SELECT j.id, EXISTS (SELECT 1 FROM awa_key_slots s WHERE s.key_digest = j.concurrency_key
+                     AND s.slot = j.key_slot AND s.job_id = j.id)
+FROM awa_jobs_hot j WHERE j.id IN ({ids}) AND j.state = 'running'
+"""
+
+
 @pytest.fixture
 def audit() -> Iterator[None]:
     with connection.cursor() as cursor:
@@ -67,6 +75,25 @@ def fetch(sql: str) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql)
         return list(cursor.fetchall())
+
+
+def debug(ids: list[int]) -> list[tuple[Any, ...]]:
+    ids_sql = ",".join(map(str, ids))
+    return fetch(
+        "SELECT j.id, j.state, j.key_slot, j.run_lease, j.attempted_by, j.errors::text, "
+        "(SELECT array_agg(s.slot || ':' || coalesce(s.job_id::text, '-')) FROM awa_key_slots s "
+        f"WHERE s.key_digest = j.concurrency_key) FROM awa_jobs_hot j WHERE j.id IN ({ids_sql})"
+    )
+
+
+def backends_of(worker_id: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+            [f"%{worker_id}%"],
+        )
+        (count,) = cursor.fetchone() or (0,)
+        return int(count)
 
 
 def started(workers: list[WorkerProcess]) -> bool:
@@ -138,23 +165,28 @@ def test_a_killed_workers_slots_come_back_at_rescue_never_before(
     awa_django.enqueue_many([AccKeyed(f"k{n % 20}", 0.2) for n in range(400)])
     wait_until(lambda: completed() >= 60, timeout=120, what="the run is under way")
     victim = workers[0]
-    worker_id = WorkerInstance.objects.get(pid=victim.pid).worker_id
+    registered = WorkerInstance.objects.filter(pid=victim.pid)
+    worker_id = wait_until(
+        lambda: registered.values_list("worker_id", flat=True).first(), what="registration"
+    )
     victim.signal(signal.SIGKILL)
     victim.wait()
+    # Its server backends may still be finishing a statement it sent (a completion's
+    # commit): the orphans are what is running once they are gone.
+    wait_until(lambda: not backends_of(worker_id), what="the victim's backends end")
     # The attempts the victim was running: those it claimed last (a lease row exists only
     # from an attempt's first heartbeat, decision 030).
     running = Job.objects.filter(queue=QUEUE, state="running").values_list("id", "attempted_by")
     orphans = [job_id for job_id, by in running if by and by[-1] == worker_id]
     assert orphans, "the killed worker held no running attempt"
 
-    # Until each orphan is rescued, its slot stays its own.
+    # Until each orphan is rescued, its slot stays its own: one statement (one snapshot)
+    # reads each orphan still running and whether its slot row names it.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        still = list(
-            Job.objects.filter(id__in=orphans, state="running").values_list("id", "key_slot")
-        )
-        for job_id, slot in still:
-            assert slot is not None and KeySlot.objects.filter(job_id=job_id, slot=slot).exists()
+        still = fetch(ORPHANS.format(ids=",".join(map(str, orphans))))
+        broken = [job_id for job_id, holds in still if not holds]
+        assert not broken, debug(broken)
         if not still:
             break
         time.sleep(0.05)
