@@ -451,15 +451,14 @@ DLQ: list[str] = []  # the dead-letter queues a case runs with (set per test)
 Cases = dict[str, tuple[str, Callable[[Job], object]]]
 
 
-def _by_worker(state: str) -> Callable[[Job], object]:
+def _by_worker(move: transitions.Move) -> Callable[[Job], object]:
     def write(job: Job) -> object:
         query = jobs_sql.job_set_state_if_running(
             id=job.pk,
             run_lease=job.run_lease,
-            state=state,
-            run_at_mode="backoff" if state == "retryable" else "keep",
+            move=move,
             error="gone",
-            terminal=state == "failed",
+            terminal=move is transitions.FAIL,
         )
         return query.run("default")
 
@@ -484,7 +483,7 @@ def _heartbeat_rescue(**params: Any) -> Any:
 
 
 FAILING: Cases = {
-    "worker_attempt": ("running", _by_worker("failed")),
+    "worker_attempt": ("running", _by_worker(transitions.FAIL)),
     "callback_id": (
         "waiting_external",
         lambda job: callbacks_sql.job_fail_external(
@@ -502,7 +501,7 @@ FAILING: Cases = {
     ),
 }
 RETRYING = {
-    "worker_attempt": ("running", _by_worker("retryable")),
+    "worker_attempt": ("running", _by_worker(transitions.RETRY_LATER)),
     **{name: case for name, case in FAILING.items() if name.startswith("rescue")},
 }
 

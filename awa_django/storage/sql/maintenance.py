@@ -18,7 +18,6 @@ from awa_django.storage.sql.fragments import (
     notify_cancel,
 )
 from awa_django.storage.sql.transitions import (
-    CALLBACK_CLEARED,
     FAIL,
     PROMOTE,
     RETRY_LATER,
@@ -71,14 +70,13 @@ def _promoted(rows: query.Rows, count: int) -> int:
 # What every rescue does to the job it takes back: an attempt that was the job's last one
 # ends `failed` (transitions.FAIL: attempts are a hard bound, decision 009); any other
 # retries with backoff (transitions.RETRY_LATER, decision 002). The callback and any
-# unread resume payload go with the attempt.
+# unread resume payload go with the attempt (both moves consume it).
 _EXHAUSTED = exhausted_sql("j")
 _RESCUE_ENTRY = error_entry("%(message)s::text", "j.attempt", terminal=_EXHAUSTED)
 _RESCUE_SET = chosen(
     _EXHAUSTED,
     FAIL,
     RETRY_LATER,
-    *CALLBACK_CLEARED,
     ("errors", append_error("j.errors", _RESCUE_ENTRY)),
 )
 

@@ -25,8 +25,15 @@ from dataclasses import dataclass, replace
 
 from awa_django.bulk import ACTION_STATES, BulkAction
 from awa_django.channels import channel_sql
-from awa_django.events import Cancelled, Completed, Event, Exhausted, Retried
-from awa_django.states import JobState
+from awa_django.events import (
+    Cancelled,
+    Completed,
+    Event,
+    Exhausted,
+    Retried,
+    WaitingForCallback,
+)
+from awa_django.states import JobState, RunAtMode
 from awa_django.storage.sql.fragments import backoff, notify_cancel
 
 
@@ -66,6 +73,9 @@ class Move:
     notify: Notify
     event: type[Event] | None  # what a committed move announces (None: nothing)
     inputs: tuple[str, ...] = ()
+    # (column, SQL expression) pairs the row must also match, beside its state: a park's
+    # callback token must still be the job's current one.
+    requires: tuple[tuple[str, str], ...] = ()
 
     def variant(
         self,
@@ -74,11 +84,12 @@ class Move:
         sources: tuple[JobState, ...] | None = None,
         announced: bool = True,
     ) -> Move:
-        """This move with more columns set, other sources, or announcing nothing."""
+        """This move with more columns set (a column it sets already takes the new value,
+        in its place), other sources, or announcing nothing."""
         return replace(
             self,
             name=name,
-            sets=self.sets + sets,
+            sets=tuple({**dict(self.sets), **dict(sets)}.items()),
             sources=self.sources if sources is None else sources,
             event=self.event if announced else None,
         )
@@ -94,6 +105,15 @@ class Move:
         columns.update((name, inputs[name]) for name in self.inputs if name in inputs)
         return _wrapped([f"{column} = {value}" for column, value in columns.items()], indent)
 
+    def inserted(self, copied: Collection[str], *extra: tuple[str, str]) -> tuple[str, str]:
+        """An INSERT's column list and its SELECT list for a job row rebuilt from another
+        table's row aliased `j` (a dead letter): this move's columns as `assignments` sets
+        them, the `copied` columns as they are (a move's column is not copied)."""
+        columns = dict([("state", f"'{self.state}'"), *self.sets, *extra])
+        columns = {name: f"j.{name}" for name in copied if name not in columns} | columns
+        names = _wrapped(list(columns), "        ", start=len("    INSERT INTO awa_jobs_hot ("))
+        return names, _wrapped(list(columns.values()), "        ", start=len("    SELECT "))
+
     def guard(self, alias: str = "", *, indexable: bool = True) -> str:
         """The states the move starts from, as a condition on `alias`.state; not
         `indexable`, a form no index can serve (the batched completion's planner trap)."""
@@ -105,6 +125,10 @@ class Move:
         if len(self.sources) == 1:
             return f"{column} = '{self.sources[0]}'"
         return f"{column} IN ({_listed(self.sources)})"
+
+    def required(self, alias: str = "j") -> str:
+        """`requires` as conditions to AND onto a selector's WHERE ("" when none)."""
+        return "".join(f" AND {alias}.{column} = {value}" for column, value in self.requires)
 
     def released(self, moved: str, alias: str = "m", *, attempt: bool = False) -> str:
         """The CTE `released` that deletes the lease of each row of the CTE `moved`: only
@@ -180,8 +204,8 @@ def _listed(states: tuple[JobState, ...]) -> str:
     return ", ".join(f"'{state}'" for state in states)
 
 
-def _wrapped(items: list[str], indent: str, width: int = 88) -> str:
-    text, column = "", len("    SET ")
+def _wrapped(items: list[str], indent: str, width: int = 88, start: int = len("    SET ")) -> str:
+    text, column = "", start
     for index, item in enumerate(items):
         piece = item if index == 0 else f", {item}"
         if index and column + len(piece) > width:
@@ -239,6 +263,11 @@ OPERATOR_RETRY = RETRY.variant(
     announced=False,
 )
 
+# T26, a dead letter retried (`retry_dead_letters`): the row goes back into awa_jobs_hot as
+# a retry leaves a job (dead_letters.py renders it as an INSERT, `inserted`: no state to
+# start from applies); no event.
+DEAD_LETTER_RETRY = RETRY.variant("dead-letter retry", sources=(), announced=False)
+
 
 # T12: a parked job runs again with the payload its handler reads (`callback_result`, an
 # input); the lease is refreshed or created by the statement (callbacks.py), not released.
@@ -253,34 +282,84 @@ RESUME = Move(
     inputs=("callback_result",),
 )
 
+# -- how an attempt ends: the worker's outcomes, the rescues, a callback's failure ---------
+# An attempt that ends other than by completing consumes its callback, as a resolution
+# does: a resume payload it never read must not reach the job's next attempt.
+
+
+def reschedule(mode: RunAtMode) -> tuple[str, str]:
+    """The `run_at` a move into a later attempt sets: after the handler's delay (param
+    delay_seconds, at least 0) or after the backoff of the attempt that ended."""
+    if mode is RunAtMode.DELAY:
+        later = "greatest(%(delay_seconds)s::float8, 0)"
+    elif mode is RunAtMode.BACKOFF:
+        later = backoff("j.attempt")
+    else:
+        raise ValueError(f"{mode} does not move run_at")
+    return ("run_at", f"now() + make_interval(secs => {later})")
+
+
+_ATTEMPT_ENDS = (JobState.RUNNING, JobState.WAITING_EXTERNAL)
+
 # A failed attempt that is retried later, after a backoff on the database clock (DESIGN
-# §5): what a rescue of a non-last attempt does (decision 002; the rescue announces
-# `Rescued` instead, decision 035). The worker's own retry is job_set_state_if_running
-# with state 'retryable' and run_at_mode 'backoff'.
+# §5): a handler's error on a non-last attempt, a rescue of one (decision 002; the rescue
+# announces `Rescued` instead, decision 035).
 RETRY_LATER = Move(
     "retry later",
     JobState.RETRYABLE,
-    (
-        ("finalized_at", "now()"),
-        ("run_at", f"now() + make_interval(secs => {backoff('j.attempt')})"),
-    ),
-    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    (("finalized_at", "now()"), reschedule(RunAtMode.BACKOFF), *CALLBACK_CLEARED),
+    _ATTEMPT_ENDS,
     True,
     Notify.NONE,
     Retried,
 )
+# RetryAfter on a non-last attempt: retried after the handler's own delay.
+RETRY_AFTER = RETRY_LATER.variant("retry after", reschedule(RunAtMode.DELAY))
 
 # T14 / a last attempt's failure or rescue: failed for good, errors kept (a statement adds
 # the entry that says why), progress kept (it shows how far the job got).
 FAIL = Move(
     "fail",
     JobState.FAILED,
-    (("finalized_at", "now()"),),
-    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    (("finalized_at", "now()"), *CALLBACK_CLEARED),
+    _ATTEMPT_ENDS,
     True,
     Notify.NONE,
     Exhausted,
 )
+
+# Snooze: runs again after the handler's delay, the attempt not counted (refunded) and
+# not finalized: it did not fail.
+SNOOZE = Move(
+    "snooze",
+    JobState.SCHEDULED,
+    (reschedule(RunAtMode.DELAY), ("attempt", "j.attempt - 1"), *CALLBACK_CLEARED),
+    (JobState.RUNNING,),
+    True,
+    Notify.NONE,
+    None,
+)
+# A worker without the job's handler gives it back (decision 011): a snooze, whose first
+# occurrence leaves an error entry (the statement's input) saying when it started.
+HAND_BACK = SNOOZE.variant("hand back")
+
+# T11, WaitForCallback (park mode): the job waits for its callback, which stays; the
+# attempt's slot and lease are freed. The token the handler returned must still be the
+# job's current callback (param callback_id), else nothing moves.
+PARK = Move(
+    "park",
+    JobState.WAITING_EXTERNAL,
+    (),
+    (JobState.RUNNING,),
+    True,
+    Notify.NONE,
+    WaitingForCallback,
+    requires=(("callback_id", "%(callback_id)s::uuid"),),
+)
+
+# The moves that end a running attempt by its own outcome, but for a plain completion
+# (COMPLETE, batched): what jobs.job_set_state_if_running renders, one statement each.
+ATTEMPT_MOVES = (RETRY_LATER, RETRY_AFTER, FAIL, CANCEL, SNOOZE, HAND_BACK, PARK)
 
 # Due scheduled and retryable jobs become available (T05, T08): the queue is woken; the
 # enqueued priority comes back (decision 018 §6).
