@@ -43,6 +43,7 @@ from awa_django.testing import capture_events
 from awa_django.worker import completer as completer_module
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
+from awa_django.worker.executor import Executor
 from awa_django.worker.maintenance.rescuer import Rescuer
 from tests.factories import JobFactory
 from tests.integration import test_attempt_conformance as attempts
@@ -516,13 +517,24 @@ def _moved_row(job_id: int) -> dict[str, Any]:
 
 
 def _moved_through(cases: Cases, attempt: int) -> dict[str, dict[str, Any]]:
+    """Each case's row, from a job with a registered callback and an unread resume payload
+    (the early-callback race of §3.2): an attempt that ends consumes both, whoever ends it."""
     rows = {}
     for selector, (before, move) in cases.items():
-        job = _job(before, attempt=attempt, max_attempts=3, callback_result=None)
+        job = _job(before, attempt=attempt, max_attempts=3, **_callback_pending())
         move(job)
         assert not ActiveLease.objects.filter(job_id=job.pk).exists(), selector
         rows[selector] = _moved_row(job.pk)
     return rows
+
+
+def _callback_pending() -> dict[str, Any]:
+    """A registered callback (its own id: a unique index) and an unread resume payload."""
+    return {
+        "callback_id": uuid.uuid4(),
+        "callback_timeout_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+        "callback_result": {"early": True},
+    }
 
 
 def test_fail_leaves_the_same_row_through_every_selector() -> None:
@@ -530,6 +542,7 @@ def test_fail_leaves_the_same_row_through_every_selector() -> None:
     first = rows["worker_attempt"]
     assert all(row == first for row in rows.values()), rows
     assert (first["state"], first["finalized_at"], first["callback_id"]) == ("failed", True, False)
+    assert (first["callback_timeout_at"], first["callback_result"]) == (False, None)
     assert first["progress"] == {"percent": 50}  # kept: it shows how far the job got
     assert first["errors"][-1] == {"error": "gone", "attempt": 3, "at": True, "terminal": True}
 
@@ -539,6 +552,7 @@ def test_retry_later_leaves_the_same_row_through_every_selector() -> None:
     first = rows["worker_attempt"]
     assert all(row == first for row in rows.values()), rows
     assert (first["state"], first["run_at"], first["callback_id"]) == ("retryable", True, False)
+    assert (first["callback_timeout_at"], first["callback_result"]) == (False, None)
     assert first["errors"][-1] == {"error": "gone", "attempt": 2, "at": True}
 
 
@@ -615,12 +629,18 @@ def _applies(move: transitions.Move, job: Job) -> None:
             assert stored == int(value), column
 
 
-# handler mode, max_attempts: the move its outcome is
+# handler mode, max_attempts: the move its outcome is (every move of ATTEMPT_MOVES but the
+# hand-back, which only the worker makes: below)
 WORKER_OUTCOMES = {
     ("complete", 3): transitions.COMPLETE,
     ("raise", 3): transitions.RETRY_LATER,
     ("raise", 1): transitions.FAIL,
+    ("raise_terminal", 3): transitions.FAIL,
+    ("retry_after", 3): transitions.RETRY_AFTER,
+    ("retry_after", 1): transitions.FAIL,
+    ("snooze", 3): transitions.SNOOZE,
     ("cancel", 3): transitions.CANCEL,
+    ("park", 3): transitions.PARK,
 }
 
 
@@ -637,6 +657,107 @@ def test_both_schedulers_write_the_catalogued_move(
     assert _names(events) == ["Started", *_announced(move)]
     if move is transitions.RETRY_LATER:
         assert job.finalized_at is not None and job.run_at > job.finalized_at
+
+
+def _outcome_row(job_id: int) -> dict[str, Any]:
+    """_row without what names the scheduler (attempted_by, the claim's run_lease), each
+    error entry with its first line only (a trace's frames are the scheduler's own), and
+    whether run_at is later than the attempt."""
+    row = _row(job_id)
+    stored = Job.objects.get(id=job_id)
+    del row["attempted_by"], row["run_lease"]
+    row["errors"] = [
+        entry | {"error": entry["error"].partition("\n")[0], "at": "at" in entry}
+        for entry in row["errors"]
+    ]
+    row["run_at"] = stored.run_at > (stored.attempted_at or stored.run_at)
+    return row
+
+
+@pytest.mark.parametrize("outcome", list(WORKER_OUTCOMES), ids=lambda o: f"{o[0]}-{o[1]}")
+def test_both_schedulers_leave_the_same_row_and_events(outcome: tuple[str, int]) -> None:
+    """The inline runner and the worker apply a handler's outcome through the one attempt
+    selector (job_set_state_if_running by move, or COMPLETE): the rows they leave and the
+    events they fire are the same, field by field."""
+    mode, max_attempts = outcome
+    rows, events = {}, {}
+    for scheduler in ("inline", "worker"):
+        job_id = attempts.enqueue(mode, max_attempts=max_attempts)
+        _, fired = attempts.run_attempt(scheduler, job_id)
+        rows[scheduler], events[scheduler] = _outcome_row(job_id), _names(fired)
+    assert rows["inline"] == rows["worker"]
+    announced = _announced(WORKER_OUTCOMES[outcome])
+    assert events["inline"] == events["worker"] == ["Started", *announced]
+
+
+def test_the_worker_hands_back_a_kind_it_lacks_as_it_snoozes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HAND_BACK is SNOOZE with the attempt's entry: the same row but for that entry. Only
+    the worker hands back (within UNKNOWN_KIND_GRACE; the inline runner has no grace)."""
+    monkeypatch.setattr(attempts, "Executor", functools.partial(Executor, unknown_kind_grace=3600))
+    assert transitions.HAND_BACK.sets == transitions.SNOOZE.sets
+    handed = JobFactory(queue=attempts.QUEUE, kind="catalogue_nobody", max_attempts=3).id
+    _, handed_events = attempts.run_attempt("worker", handed)
+    snoozed = attempts.enqueue("snooze", seconds=5.0)
+    _, snoozed_events = attempts.run_attempt("worker", snoozed)
+    assert _names(handed_events) == _names(snoozed_events) == ["Started"]
+    handed_row, snoozed_row = _outcome_row(handed), _outcome_row(snoozed)
+    (entry,) = handed_row.pop("errors")
+    assert entry["type"] == "awa_django.exceptions.UnknownJobKind"
+    assert snoozed_row.pop("errors") == []
+    for row in (handed_row, snoozed_row):
+        del row["kind"], row["args"], row["metadata"], row["django_task"], row["tags"]
+    assert handed_row == snoozed_row
+    assert (snoozed_row["state"], snoozed_row["attempt"], snoozed_row["finalized_at"]) == (
+        "scheduled",
+        0,
+        False,
+    )
+
+
+def _cancel_by_attempt(job: Job) -> object:
+    query = jobs_sql.job_set_state_if_running(
+        id=job.pk, run_lease=job.run_lease, move=transitions.CANCEL
+    )
+    return query.run("default")
+
+
+def test_a_running_job_cancelled_by_its_attempt_or_an_operator_leaves_the_same_row() -> None:
+    """T19 from `running`: the handler's Cancel (by id + run_lease) and an operator's cancel
+    (by ids, by a bulk window) leave the same row, the callback and any unread resume
+    payload consumed."""
+    selectors = {**CANCEL_SELECTORS, "attempt": _cancel_by_attempt}
+    rows = {}
+    for selector, cancel in selectors.items():
+        job = _job("running", **_callback_pending())
+        cancel(job)
+        assert not ActiveLease.objects.filter(job_id=job.pk).exists(), selector
+        rows[selector] = _row(job.pk)
+    assert rows["attempt"] == rows["ids"] == rows["bulk_window"]
+    row = rows["attempt"]
+    assert (row["state"], row["finalized_at"], row["callback_id"]) == ("cancelled", True, False)
+    assert (row["callback_timeout_at"], row["callback_result"]) == (False, None)
+
+
+def test_a_retried_dead_letter_is_the_row_an_operator_retry_leaves() -> None:
+    """T26 and T21 reset the same columns (DEAD_LETTER_RETRY is RETRY; the operator's adds
+    the priority restore, a no-op on a job never aged): the rows are equal, but for the
+    progress, which a dead letter's retry does not carry back."""
+    fields: dict[str, Any] = {"finalized_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)}
+    by_operator, dead = _job("failed", **fields), _job("failed", **fields)
+    Job.objects.filter(id=dead.pk).update(queue="catalogue_dead")
+    client = awa_django.Client()
+    assert client.dead_letter_failed(queue="catalogue_dead") == 1
+    Job.objects.filter(id=by_operator.pk).update(queue="catalogue_dead")
+    client.retry_many([by_operator.pk])
+    revived = client.retry_dead_letter(dead.pk)
+    assert revived.id == dead.pk and not DeadLetter.objects.filter(id=dead.pk).exists()
+    operated, retried = _row(by_operator.pk), _row(dead.pk)
+    assert operated.pop("progress") == {"percent": 50} and retried.pop("progress") is None
+    assert operated == retried
+    assert (retried["state"], retried["attempt"], retried["run_lease"]) == ("available", 0, 7)
+    assert retried["errors"][0]["error"] == "earlier" and retried["finalized_at"] is False
 
 
 # -- the same follow-ups through every selector -------------------------------------------

@@ -3,18 +3,25 @@
 A `Move` is one transition as data: the states it may start from (its guard), the columns
 it sets and resets, whether it ends the job's lease, what it NOTIFYs, and the event it
 announces. Statements do not spell a transition out: they render it here (`assignments`,
-`guard`, `released`, `notify_row`, `update`) and add only their selector, the rows it
-applies to (one attempt by id + run_lease, a list of ids, a bulk window, a callback id, a
-rescue set). So adding a column that a retry resets is one edit, in `RETRY`.
+`guard`, `required`, `released`, `notify_row`, `update`, `chosen`, `inserted`) and add
+only their selector, the rows it applies to (one attempt by id + run_lease, a list of
+ids, a bulk window, a callback id, a rescue set, a dead letter). So adding a column that
+a retry resets is one edit, in `RETRY`.
+
+`execution/outcomes.py` chooses the move of a worker's outcome (`ATTEMPT_MOVES`, each
+rendered by jobs.job_set_state_if_running); a rescue chooses per row between `FAIL` and
+`RETRY_LATER` in SQL (`chosen`). Whether an attempt is exhausted and whether its job goes
+to the dead letters are decided by the two rules at the end of this module, written once
+in each language.
 
 Which lease row goes is the selector's: a guarded attempt write (id + run_lease) deletes
 only its own attempt's lease, which a later attempt cannot have taken; a verb from outside
 the attempt (an operator, a callback) deletes whatever lease the job has, so a heartbeat of
 the attempt learns it lost.
 
-What stays hand-written, and why, is in decision 041: the claim, and the one guarded
-statement of the worker's individual outcomes (job_set_state_if_running), whose target
-state is a parameter.
+What stays hand-written, and why, is in decision 041: the claim (a transition of its own,
+tuned on the hot path), a sequential wait (`job_enter_wait`: it keeps its lease and slot)
+and the moves into the dead letters (a DELETE ... INSERT, `dead_letters.enter`).
 """
 
 from __future__ import annotations
@@ -151,8 +158,8 @@ class Move:
 
 
 def released(moved: str, alias: str = "m", *, attempt: bool = False) -> str:
-    """Move.released, for a statement whose target state is a parameter (the worker's
-    individual outcome writes, each of which ends its attempt)."""
+    """Move.released, for rows that several moves moved (a rescue's: FAIL, RETRY_LATER or
+    into the dead letters, each of which ends the attempt)."""
     own = f" AND l.run_lease = {alias}.run_lease" if attempt else ""
     return f"""released AS (
     DELETE FROM awa_active_leases l USING {moved} {alias}
