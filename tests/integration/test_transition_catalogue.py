@@ -374,6 +374,37 @@ def test_the_enqueued_row_rebuilt_by_written_equals_the_stored_row(
     assert _differences(job, _database_row(job.id)) == {}
 
 
+WRITTEN_COLUMNS: list[dict[str, Any]] = [
+    {"state": "available", "run_at": None, "django_task": None, "tags": []},
+    {
+        "state": "scheduled",
+        "run_at": dt.datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC),
+        "django_task": '{"backend": "default", "n": 1e16, "text": "caf\\u00e9"}',
+        "tags": ["x", "caf\u00e9"],
+    },
+]
+
+
+@pytest.mark.parametrize("columns", WRITTEN_COLUMNS, ids=["available", "scheduled_task"])
+def test_every_column_written_by_job_insert_one_is_rebuilt_as_stored(
+    columns: dict[str, Any],
+) -> None:
+    """_written for the columns `enqueue` itself does not vary above: a run_at the caller
+    chose (state scheduled), a django.tasks marker (its JSON re-spelt by jsonb), tags."""
+    query = jobs_sql.job_insert_one(
+        kind="catalogue_written",
+        queue=QUEUE,
+        args='{"big": 1e16}',
+        priority=3,
+        max_attempts=4,
+        metadata='{"m": [1, 2.5]}',
+        channels=[],
+        **columns,
+    )
+    job = query.run("default")
+    assert _differences(job, _database_row(job.id)) == {}
+
+
 def test_the_inline_and_the_worker_completion_write_the_same_row() -> None:
     """Both schedulers complete through COMPLETE: the inline runner with job_complete_one,
     the worker's completer with the batched statement; the rows they leave are equal."""
