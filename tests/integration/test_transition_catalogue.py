@@ -1,8 +1,9 @@
 """The transition catalogue (storage/sql/transitions.py, decision 041): every catalogued
 transition through every selector that applies leaves the same row, the same lease rows,
-the same NOTIFYs and the same events; and the rows the worker rebuilds in Python instead
-of reading them back (`completer._completed`, `jobs._written`) equal the rows the
-database holds, on both schedulers.
+the same NOTIFYs and the same events; every move of a handler's outcome leaves the same
+row and events on both schedulers (the inline runner, the worker's Executor); and the
+rows rebuilt in Python instead of read back (`completer._completed`, `jobs._written`)
+equal the rows the database holds, field by field.
 
 Transactional tests: the worker's statements and the listeners run on connections of
 their own, so every row is committed.
@@ -33,6 +34,7 @@ from awa_django.events import Event
 from awa_django.execution.context import JobContext
 from awa_django.execution.inline import run_available
 from awa_django.snapshot import COLUMNS, JobSnapshot
+from awa_django.states import JobState
 from awa_django.storage.models import ActiveLease, DeadLetter, Job
 from awa_django.storage.sql import callbacks as callbacks_sql
 from awa_django.storage.sql import dead_letters as dead_letters_sql
@@ -153,6 +155,17 @@ def test_cancel_takes_every_state_the_bulk_cancel_takes() -> None:
     assert not terminal & set(ACTION_STATES[BulkAction.CANCEL])
     guard = transitions.CANCEL.guard("j")
     assert guard == "j.state NOT IN ('completed', 'failed', 'cancelled')"
+
+
+def test_every_move_of_an_attempt_starts_from_running_and_ends_its_lease() -> None:
+    """job_set_state_if_running guards by a running attempt and releases its lease: each
+    move it renders must start from `running` and end the lease; a move it does not
+    render is refused before any SQL."""
+    for move in transitions.ATTEMPT_MOVES:
+        assert not move.sources or JobState.RUNNING in move.sources, move.name
+        assert move.releases, move.name
+    with pytest.raises(ValueError, match="not the outcome of an attempt"):
+        jobs_sql.job_set_state_if_running(id=1, run_lease=1, move=transitions.PROMOTE)
 
 
 def test_an_input_the_move_does_not_take_is_refused() -> None:
