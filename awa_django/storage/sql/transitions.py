@@ -108,7 +108,7 @@ class Move:
         unknown = set(inputs) - set(self.inputs)
         if unknown:
             raise ValueError(f"{self.name} takes no input {sorted(unknown)}")
-        columns = dict([("state", f"'{self.state}'"), *self.sets, *extra])
+        columns = _columns(self, *extra)
         columns.update((name, inputs[name]) for name in self.inputs if name in inputs)
         return _wrapped([f"{column} = {value}" for column, value in columns.items()], indent)
 
@@ -116,7 +116,7 @@ class Move:
         """An INSERT's column list and its SELECT list for a job row rebuilt from another
         table's row aliased `j` (a dead letter): this move's columns as `assignments` sets
         them, the `copied` columns as they are (a move's column is not copied)."""
-        columns = dict([("state", f"'{self.state}'"), *self.sets, *extra])
+        columns = _columns(self, *extra)
         columns = {name: f"j.{name}" for name in copied if name not in columns} | columns
         names = _wrapped(list(columns), "        ", start=len("    INSERT INTO awa_jobs_hot ("))
         return names, _wrapped(list(columns.values()), "        ", start=len("    SELECT "))
@@ -193,7 +193,7 @@ def chosen(
     holds and `otherwise` to the others: a column both set alike is set once, one they set
     differently (or only one sets) becomes a CASE, the other keeping the row's value.
     `extra` (a selector's own columns) apply to every row."""
-    first, second = dict(_columns(then)), dict(_columns(otherwise))
+    first, second = _columns(then), _columns(otherwise)
     lines = []
     for column in dict.fromkeys([*first, *second]):
         yes, no = first.get(column, f"j.{column}"), second.get(column, f"j.{column}")
@@ -203,8 +203,9 @@ def chosen(
     return f",\n{indent}".join(lines)
 
 
-def _columns(move: Move) -> list[tuple[str, str]]:
-    return [("state", f"'{move.state}'"), *move.sets]
+def _columns(move: Move, *extra: tuple[str, str]) -> dict[str, str]:
+    """The columns `move` sets, then a selector's `extra` ones (the later value winning)."""
+    return dict([("state", f"'{move.state}'"), *move.sets, *extra])
 
 
 def _listed(states: tuple[JobState, ...]) -> str:
