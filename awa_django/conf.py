@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from awa_django import limits
+from awa_django import keys, limits
 from awa_django.limits import DEFAULT_RATE_SCOPE, RATE_SCOPES, RateLimit
 
 # \Z, not $: `$` also matches before a trailing newline ("default\n" would pass).
@@ -72,6 +72,17 @@ class QueueConfig:
     # Seconds an available job waits per priority level it gains (up to
     # AGING_TOP_PRIORITY); None or 0 turns aging off (docs/worker.md, decision 018).
     priority_aging: float | None = None
+    # Per-key limits of this queue's jobs that have a concurrency key but whose `@job`
+    # declares no max_in_flight / key_rate_limit (docs/flow-control.md, decision 045).
+    max_in_flight: int = 1
+    key_rate_limit: RateLimit | None = None
+
+    def key_limits(self, max_in_flight: int | None, rate_limit: RateLimit | None) -> keys.KeyLimits:
+        """A keyed job's limits: those its `@job` declares, else this queue's defaults."""
+        return keys.KeyLimits(
+            self.max_in_flight if max_in_flight is None else max_in_flight,
+            self.key_rate_limit if rate_limit is None else rate_limit,
+        )
 
 
 # How many job kinds a worker's metrics name in their `kind` label (docs/operations.md).
@@ -222,6 +233,10 @@ def _parse_queue(name: str, options: dict[str, Any], max_workers: int | None) ->
     try:
         if options.get("rate_limit") is not None:
             options["rate_limit"] = limits.rate_limit(options["rate_limit"])
+        if options.get("key_rate_limit") is not None:
+            options["key_rate_limit"] = limits.rate_limit(options["key_rate_limit"])
+        if "max_in_flight" in options:
+            options["max_in_flight"] = keys.check_max_in_flight(options["max_in_flight"])
     except ValueError as exc:
         raise ImproperlyConfigured(f"{where}: {exc}.") from exc
     queue = QueueConfig(name=name, **options)

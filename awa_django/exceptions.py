@@ -117,6 +117,11 @@ class InvalidQueueLimits(AwaError, ValueError):
     limit is (jobs per second > 0, burst >= 1), within the bounds in `awa_django.limits`."""
 
 
+class InvalidKeyLimits(AwaError, ValueError):
+    """A kind's per-key limits are invalid: max_in_flight is a whole number 1..1000 and a
+    rate limit is (jobs per second > 0, burst >= 1)."""
+
+
 class InvalidJobFilter(AwaError, ValueError):
     """A bulk operation's filter or argument is invalid (an unknown state, a naive
     datetime, a state the action never touches, a priority out of range)."""

@@ -287,3 +287,13 @@ class KindFigures:
         """Failed among completed and failed (cancelled jobs did not fail)."""
         ended = self.completed + self.failed
         return self.failed / ended if ended else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFigures:
+    """One concurrency key as operators see it: its text (as enqueued, up to 200
+    characters), the jobs holding its slots and the jobs waiting for one."""
+
+    key: str
+    in_flight: int
+    waiting: int

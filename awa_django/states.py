@@ -16,6 +16,9 @@ class JobState(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A job with a concurrency key whose key has no free slot: never claimed; the job that
+    # frees a slot admits it (docs/flow-control.md, decision 045).
+    WAITING_SLOT = "waiting_slot"
 
 
 TERMINAL_STATES: frozenset[str] = frozenset(

@@ -24,6 +24,9 @@ PAUSE_PERMISSION = "awa_django.pause_queue"
 WINDOW_MINUTES = 5
 
 
+BUSIEST_KEYS = 10
+
+
 def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
@@ -40,6 +43,8 @@ def dashboard_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
         "queues": [_queue_row(q, changelist, dead_letters) for q in stats],
         "workers": [_worker_row(w) for w in client.live_workers()],
         "unhandled": _unhandled_rows(client.unhandled_kinds(), changelist),
+        # The busiest concurrency keys (decision 045); the panel shows only when keys are used.
+        "busiest_keys": client.busiest_keys(BUSIEST_KEYS),
         "dead_letters": _dead_letter_rows(
             {q.queue: q.dead_letters for q in stats if q.dead_letters}, model_admin
         ),

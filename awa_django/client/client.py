@@ -23,6 +23,7 @@ from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.history_verbs import HistoryVerbs
+from awa_django.client.key_verbs import KeyVerbs
 from awa_django.client.twins import async_twin
 from awa_django.codec import dumps
 from awa_django.conf import awa_settings
@@ -47,12 +48,12 @@ if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
 
 
-class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
+class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs):
     """Operations on jobs and queues through Django's database connection `using`
     (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
     `a`-prefixed async twin. The bulk operations come from `BulkVerbs` (bulk_verbs.py), the
     dead-letter verbs from `DeadLetterVerbs` (dead_letter_verbs.py), the queue history from
-    `HistoryVerbs` (history_verbs.py)."""
+    `HistoryVerbs` (history_verbs.py), the per-key limits from `KeyVerbs` (key_verbs.py)."""
 
     def __init__(self, using: str | None = None) -> None:
         self._using = using

@@ -17,8 +17,14 @@ from awa_django.storage.sql import jobs as jobs_sql
 def insert_one(using: str, row: JobTemplate, args: str, django_task: str | None) -> JobSnapshot:
     """Write one planned job (its args already JSON) in the caller's transaction."""
     if row.unique is not None:
-        return unique.insert_one(using, row, args, django_task)
-    return jobs_sql.job_insert_one(**row.columns(args, django_task)).run(using)
+        job = unique.insert_one(using, row, args, django_task)
+    else:
+        job = jobs_sql.job_insert_one(**row.columns(args, django_task)).run(using)
+    if row.carries_key:
+        # Admitted after the insert (the AFTER INSERT trigger, decision 045): RETURNING
+        # showed the row as inserted; its state may now be waiting_slot or scheduled.
+        return jobs_sql.job_get(id=job.id).run(using) or job
+    return job
 
 
 # From this many rows on, enqueue_many writes with COPY: its two statements and the

@@ -35,6 +35,8 @@ from awa_django.conf import (
     validate_queue_name,
 )
 from awa_django.exceptions import InvalidEnqueueOption, UnknownJobKind
+from awa_django.keys import KEY_METADATA, KeyFunction, check_key, key_of, keyed_metadata
+from awa_django.limits import RateLimit
 from awa_django.options import (
     check_kind,
     check_max_attempts,
@@ -62,7 +64,8 @@ class EnqueueKwargs(TypedDict, total=False):
     queue, priority (lower runs first, 1 urgent .. 4 batch), run_at (aware datetime: the
     job is scheduled until then), max_attempts, tags (at most 20 strings), metadata (dict),
     unique (UniqueOpts: refuse a duplicate of a live job, raising UniqueConflict; False:
-    not unique even if the kind's `@job(unique=...)` says so).
+    not unique even if the kind's `@job(unique=...)` says so), concurrency_key (a str or
+    int: this job's key instead of the one `@job(concurrency_key=...)` gives it).
     """
 
     kind: str | None
@@ -73,6 +76,7 @@ class EnqueueKwargs(TypedDict, total=False):
     tags: Sequence[str]
     metadata: dict[str, Any] | None
     unique: UniqueOption
+    concurrency_key: str | int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,7 @@ class EnqueueOptions:
     tags: Sequence[str] = ()
     metadata: dict[str, Any] | None = None
     unique: UniqueOption = None
+    concurrency_key: str | int | None = None
 
 
 # The options of a call that gives none.
@@ -109,6 +114,35 @@ class JobTemplate:
     tags: list[str]
     tags_json: str  # job_insert_many takes each row's tags as JSON: no ragged text[][]
     unique: UniqueOpts | None = None
+    # Per-key concurrency (decision 045): whether this template's rows may have a key; the
+    # key of this call, else the function that gives each job its key; the limits the
+    # `@job` declares (None: the queue's settings, read per row, since templates are kept).
+    has_key: bool = False
+    key: str | None = None
+    key_function: KeyFunction | None = None
+    declared_max: int | None = None
+    declared_rate: RateLimit | None = None
+
+    @property
+    def carries_key(self) -> bool:
+        """Whether this row's metadata gives it a concurrency key (after `keyed`)."""
+        return not self.has_key and KEY_METADATA in self.metadata
+
+    def keyed(self, args: Any) -> JobTemplate:
+        """This template for one job of `args`: with its key in the metadata, where the
+        insert trigger finds it, or itself for a job without a key."""
+        if not self.has_key:
+            return self
+        key = self.key
+        if key is None and self.key_function is not None:
+            key = key_of(self.key_function, args, self.kind)
+        if key is None:
+            return self
+        limits = awa_settings().queue(self.queue).key_limits(self.declared_max, self.declared_rate)
+        metadata = dumps(
+            keyed_metadata(self.metadata, key, limits), what="metadata", limit=_limit()
+        )
+        return dataclasses.replace(self, metadata=metadata, has_key=False)
 
     def unique_key(self, args_json: str, now: dt.datetime | None = None) -> bytes | None:
         """The row's unique key (None for a job that is not unique); `now` buckets a job
@@ -216,6 +250,8 @@ def _memo_key(args: Any, options: EnqueueOptions) -> tuple[object, ...] | None:
     of other types (True == 1, 1.0 == 1) hash alike and must still be refused."""
     if options.run_at is not None or options.metadata is not None or options.unique is not None:
         return None
+    if options.concurrency_key is not None:
+        return None
     values = (options.kind, options.queue, options.priority, options.max_attempts)
     if any(v is not None and type(v) not in _PLAIN for v in values):
         return None
@@ -235,10 +271,18 @@ def _plan_template(
     queue, priority, max_attempts = _declared(definition)
     run_at = check_run_at(options.run_at)
     check_metadata(options.metadata)
+    if options.metadata and KEY_METADATA in options.metadata:
+        raise InvalidEnqueueOption(
+            f"metadata[{KEY_METADATA!r}] is reserved for the job's concurrency key: "
+            "pass concurrency_key= instead"
+        )
     tags = check_tags(options.tags)
+    queue = validate_queue_name(queue if options.queue is None else options.queue)
+    key = None if options.concurrency_key is None else check_key(options.concurrency_key)
+    key_function = definition.concurrency_key if definition is not None else None
     return JobTemplate(
         kind=kind,
-        queue=validate_queue_name(queue if options.queue is None else options.queue),
+        queue=queue,
         state=JobState.AVAILABLE if run_at is None else JobState.SCHEDULED,
         priority=check_priority(priority if options.priority is None else options.priority),
         max_attempts=check_max_attempts(
@@ -252,13 +296,18 @@ def _plan_template(
         tags=tags,
         tags_json=dumps(tags, what="tags"),
         unique=_unique(options.unique, definition),
+        has_key=bool(key or key_function),
+        key=key,
+        key_function=key_function,
+        declared_max=definition.max_in_flight if definition is not None else None,
+        declared_rate=definition.key_rate_limit if definition is not None else None,
     )
 
 
 def plan_one(args: Any, options: EnqueueOptions) -> tuple[JobTemplate, str]:
     """The template of one job and its args as JSON text."""
     template = plan_template(args, options)
-    return template, encode_args_json(args, what=template.what, limit=_limit())
+    return template.keyed(args), encode_args_json(args, what=template.what, limit=_limit())
 
 
 def plan_many(jobs: Iterable[Any], options: EnqueueOptions) -> BulkRows:
@@ -275,6 +324,8 @@ def plan_many(jobs: Iterable[Any], options: EnqueueOptions) -> BulkRows:
                 encode_args(args)  # raises the SerializationError that names it
             planned = templates[type(args)] = (template, template.what)
         template, what = planned
+        if template.has_key:
+            template = template.keyed(args)
         rows.append((template, encode_args_value(args, what=what, limit=limit)))
     channels = sorted({c for t, _ in templates.values() for c in t.channels})
     bulk = BulkRows(rows, channels)

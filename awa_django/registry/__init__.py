@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from awa_django.events import ALL_EVENTS, Event
 from awa_django.exceptions import InvalidSchedule
+from awa_django.keys import KeyFunction
+from awa_django.limits import RateLimit
 
 if TYPE_CHECKING:
     from awa_django.registry.schedules import ScheduleDefinition
@@ -48,6 +50,11 @@ class JobDefinition:
     unique: UniqueOpts | None = None  # the default of every enqueue of this kind
     # True/False as declared; None: the queue's `atomic` default (def handlers only).
     atomic: bool | None = None
+    # The function giving a job's concurrency key from its args (None: the kind has none),
+    # and the per-key limits declared (None: the queue's defaults). Decision 045.
+    concurrency_key: KeyFunction | None = None
+    max_in_flight: int | None = None
+    key_rate_limit: RateLimit | None = None
     # Asked for every attempt: worked out once (inspect's answer costs 2 % of a no-op job).
     is_async: bool = field(init=False, repr=False, compare=False)
 

@@ -18,6 +18,8 @@ from awa_django.conf import (
 )
 from awa_django.events import Event
 from awa_django.exceptions import InvalidEnqueueOption, InvalidJobDeclaration
+from awa_django.keys import KeyFunction, check_key_rate_limit, check_max_in_flight
+from awa_django.limits import RateLimit
 from awa_django.options import check_kind, check_max_attempts, check_priority
 from awa_django.registry import (
     HookRegistration,
@@ -46,6 +48,9 @@ def job(
     kind: str | None = None,
     unique: UniqueOpts | None = None,
     atomic: bool | None = None,
+    concurrency_key: Callable[[A], object] | None = None,
+    max_in_flight: int | None = None,
+    key_rate_limit: tuple[float, int] | float | None = None,
 ) -> Callable[[Callable[[JobContext[A]], R]], Callable[[JobContext[A]], R]]:
     """Register the decorated function as the handler of `args_type`'s kind.
 
@@ -62,6 +67,13 @@ def job(
     and writes its completion in that transaction: its database writes count once
     (docs/exactly-once.md). None takes the queue's `"atomic"` default. An `async def`
     handler cannot be atomic: `atomic=True` on one raises InvalidJobDeclaration.
+
+    `concurrency_key=lambda args: args.tenant_id` gives each job a key (a str of 1 to 200
+    characters or an int; None: no key): at most `max_in_flight` jobs of one key are
+    available or running at once across every worker, and `key_rate_limit=(rate, burst)`
+    caps how fast they start. Unset, the queue's `max_in_flight` / `key_rate_limit`
+    settings apply (default 1, no rate). Enqueue may override the key with
+    `concurrency_key=`. docs/flow-control.md.
     """
     validate_args_type(args_type)
     validate_queue_name(queue)
@@ -72,12 +84,22 @@ def job(
     job_kind = check_kind(kind) if kind is not None else check_kind(kind_for(args_type))
     if atomic is not None and not isinstance(atomic, bool):
         raise InvalidJobDeclaration(f"@job(atomic=...) takes True or False, got {atomic!r:.100}")
+    limits = _key_limits(concurrency_key, max_in_flight, key_rate_limit)
     if kind:
         args_type.__awa_kind__ = kind  # type: ignore[attr-defined]
 
     def register(handler: Callable[[JobContext[A]], R]) -> Callable[[JobContext[A]], R]:
         definition = JobDefinition(
-            job_kind, args_type, handler, queue, max_attempts, priority, unique, atomic
+            job_kind,
+            args_type,
+            handler,
+            queue,
+            max_attempts,
+            priority,
+            unique,
+            atomic,
+            concurrency_key,
+            *limits,
         )
         if atomic and definition.is_async:
             raise InvalidJobDeclaration(
@@ -90,6 +112,22 @@ def job(
         return handler
 
     return register
+
+
+def _key_limits(
+    key: KeyFunction | None, max_in_flight: object, rate: object
+) -> tuple[int | None, RateLimit | None]:
+    """The declared per-key limits, checked (InvalidJobDeclaration)."""
+    if key is not None and not callable(key):
+        raise InvalidJobDeclaration(
+            f"@job(concurrency_key=...) takes a function of the args, such as "
+            f"lambda args: args.tenant_id, got {key!r:.100}"
+        )
+    try:
+        checked = None if max_in_flight is None else check_max_in_flight(max_in_flight)
+        return checked, check_key_rate_limit(rate)
+    except ValueError as exc:
+        raise InvalidJobDeclaration(f"@job: {exc}") from None
 
 
 def on_event(

@@ -8,11 +8,12 @@ The maintenance leader syncs the declarations into `awa_cron_schedules` and fire
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from awa_django.codec import dumps, encode_args_json
+from awa_django.codec import decode_args, dumps, encode_args_json
 from awa_django.conf import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
@@ -28,6 +29,7 @@ from awa_django.cron import (
     check_timezone,
 )
 from awa_django.exceptions import AwaError, InvalidSchedule
+from awa_django.keys import key_of, keyed_metadata
 from awa_django.options import (
     check_kind,
     check_max_attempts,
@@ -68,6 +70,24 @@ class ScheduleDefinition:
             priority if self.priority is None else self.priority,
             max_attempts if self.max_attempts is None else self.max_attempts,
         )
+
+    def job_metadata(self) -> str:
+        """The metadata of its jobs, as of now: the declared metadata, with the job's
+        concurrency key (decision 045) when its kind's `@job` gives one, so a fire is
+        admitted like an enqueue. A key that cannot be computed leaves the job unkeyed."""
+        declared = registry.job(self.kind)
+        if declared is None or declared.concurrency_key is None:
+            return self.metadata
+        try:
+            args = decode_args(declared.args_type, json.loads(self.args))
+            key = key_of(declared.concurrency_key, args, self.kind)
+        except (AwaError, TypeError, ValueError):
+            return self.metadata
+        if key is None:
+            return self.metadata
+        config = awa_settings().queue(self.job_options()[0])
+        limits = config.key_limits(declared.max_in_flight, declared.key_rate_limit)
+        return dumps(keyed_metadata(self.metadata, key, limits), what="metadata")
 
 
 def periodic(

@@ -101,6 +101,12 @@ class Job(models.Model):
     # The priority the job was enqueued with, set when priority aging first lifts it
     # (NULL: never aged); promotion and retry put it back (decision 018).
     original_priority = models.SmallIntegerField(null=True, blank=True)
+    # Per-key concurrency (docs/flow-control.md, decision 045): the 16-byte digest of the
+    # job's concurrency key, set by the insert trigger from metadata["_awa_concurrency"]
+    # (NULL: no key, the job pays nothing), and the slot of awa_key_slots the job holds
+    # while it is admitted (NULL: none). Written only by the triggers of migration 0014.
+    concurrency_key = models.BinaryField(null=True, blank=True, editable=False)
+    key_slot = models.SmallIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "awa_jobs_hot"
@@ -163,6 +169,13 @@ class Job(models.Model):
                 condition=STATE_INDEXED,
             ),
             GinIndex(fields=["tags"], name="awa_jobs_tags_part_idx", condition=TAGGED),
+            # The next job of a key to admit when a slot frees, in dispatch order; only
+            # jobs waiting for a slot have an entry.
+            models.Index(
+                fields=["concurrency_key", "priority", "run_at", "id"],
+                name="awa_jobs_waiting_slot_idx",
+                condition=models.Q(state="waiting_slot"),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -268,6 +281,70 @@ class RateBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.tokens:.2f} tokens"
+
+
+class KeySlot(models.Model):
+    """One of a concurrency key's `max_in_flight` slots (decision 045): held by at most one
+    admitted job (`job_id`), taken and freed only by the triggers of migration 0014 under
+    the slot row's lock. `key_text` is the key as enqueued (at most 200 characters), for
+    people: the jobs carry only its digest."""
+
+    pk = models.CompositePrimaryKey("key_digest", "slot")
+    key_digest = models.BinaryField()
+    slot = models.SmallIntegerField()
+    job_id = models.BigIntegerField(null=True, blank=True)
+    key_text = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "awa_key_slots"
+
+    def __str__(self) -> str:
+        return f"{self.key_text} slot {self.slot}"
+
+
+class KeyBucket(models.Model):
+    """A concurrency key's rate-limit token bucket (`key_rate_limit`), taken at admission
+    by the trigger of migration 0014 (decision 045)."""
+
+    key_digest = models.BinaryField(primary_key=True)
+    tokens = models.FloatField()
+    refilled_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "awa_key_buckets"
+
+    def __str__(self) -> str:
+        return f"{self.key_digest.hex()}: {self.tokens:.2f} tokens"
+
+
+class KeyLimit(models.Model):
+    """A runtime override of a kind's per-key limits (Client.set_key_limits), read by every
+    admission of a keyed job of that kind; NULL fields keep the declared value."""
+
+    kind = models.CharField(max_length=200, primary_key=True)
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    rate = models.FloatField(null=True, blank=True)
+    burst = models.PositiveIntegerField(null=True, blank=True)
+    updated_by = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "awa_key_limits"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(max_in_flight__isnull=True)
+                | models.Q(max_in_flight__gte=1, max_in_flight__lte=1000),
+                name="awa_key_limits_max_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(rate__isnull=True, burst__isnull=True)
+                | models.Q(rate__gt=0, burst__gte=1),
+                name="awa_key_limits_rate_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"key limits of {self.kind}"
 
 
 class WorkerInstance(models.Model):

@@ -33,6 +33,7 @@ STATUS_FOR_STATE: dict[str, TaskResultStatus] = {
     JobState.SCHEDULED: TaskResultStatus.READY,
     JobState.AVAILABLE: TaskResultStatus.READY,
     JobState.RETRYABLE: TaskResultStatus.READY,
+    JobState.WAITING_SLOT: TaskResultStatus.READY,  # queued behind its concurrency key
     JobState.RUNNING: TaskResultStatus.RUNNING,
     JobState.WAITING_EXTERNAL: TaskResultStatus.RUNNING,
     JobState.COMPLETED: TaskResultStatus.SUCCESSFUL,

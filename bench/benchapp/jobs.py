@@ -42,6 +42,11 @@ class BenchAtomicWrite:
 
 
 @dataclass
+class BenchKeyed:
+    n: int
+
+
+@dataclass
 class BenchFail:
     n: int
 
@@ -63,6 +68,14 @@ class PickupSync:
 
 @awa_django.job(BenchAsync, queue=BENCH_QUEUE)
 async def bench_async(job: JobContext[BenchAsync]) -> None:
+    return None
+
+
+# drain_keyed: 100 concurrency keys, at most 5 jobs of each admitted at once (decision 045).
+@awa_django.job(
+    BenchKeyed, queue=BENCH_QUEUE, concurrency_key=lambda args: args.n % 100, max_in_flight=5
+)
+async def bench_keyed(job: JobContext[BenchKeyed]) -> None:
     return None
 
 

@@ -324,3 +324,47 @@ def acc_outcome(job: JobContext[AccOutcome]) -> Any:
     if wanted == "cancel":
         return awa_django.Cancel("asked to cancel")
     return None
+
+
+# -- per-key concurrency (tests/acceptance/test_concurrency_keys_worker.py) ---------------
+@dataclass
+class AccKeyed:
+    """A job of concurrency key `key` (at most 2 at once) that runs `seconds`, recording
+    when its handler starts and ends in the test's audit table (on the database clock)."""
+
+    key: str
+    seconds: float = 0.0
+
+
+@dataclass
+class AccKeyedSerial:
+    """As AccKeyed, one at a time per key."""
+
+    key: str
+    seconds: float = 0.0
+
+
+def _key_audit(job: JobContext[Any], phase: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO acc_keys_audit (key, job_id, phase) VALUES (%s, %s, %s)",
+            [job.args.key, job.id, phase],
+        )
+
+
+def _run_keyed(job: JobContext[Any]) -> None:
+    _key_audit(job, "start")
+    deadline = time.monotonic() + job.args.seconds
+    while time.monotonic() < deadline and not job.is_cancelled():
+        time.sleep(0.01)
+    _key_audit(job, "end")
+
+
+@awa_django.job(AccKeyed, queue="acc-keys", concurrency_key=lambda a: a.key, max_in_flight=2)
+def acc_keyed(job: JobContext[AccKeyed]) -> None:
+    _run_keyed(job)
+
+
+@awa_django.job(AccKeyedSerial, queue="acc-keys", concurrency_key=lambda a: a.key, max_in_flight=1)
+def acc_keyed_serial(job: JobContext[AccKeyedSerial]) -> None:
+    _run_keyed(job)

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from awa_django.admin import actions as admin_actions
 from awa_django.client.client import Client
+from awa_django.keys import KEY_METADATA
 from awa_django.storage.models import ActiveLease, Job, QueueState, WorkerInstance
 from tests.factories import JobFactory, ModelFactory
 
@@ -543,6 +544,21 @@ def test_dashboard_lists_kinds_no_live_worker_handles(client, operator):
     ]
     assert "Kinds no live worker handles" in text and "?kind=new_in_this_deploy" in text
     assert ">12<" in text  # the worker's dropped hook events
+
+
+def test_dashboard_lists_the_busiest_concurrency_keys(client, operator):
+    operator(client)
+    assert "Busiest concurrency keys" not in client.get(reverse(DASHBOARD)).content.decode()
+    for _ in range(3):
+        JobFactory(metadata={KEY_METADATA: {"key": "tenant-<b>7</b>", "max": 1}})
+
+    response = client.get(reverse(DASHBOARD))
+    text = response.content.decode()
+
+    keys = [(k.key, k.in_flight, k.waiting) for k in response.context["busiest_keys"]]
+    assert keys == [("tenant-<b>7</b>", 1, 2)]
+    assert "Busiest concurrency keys" in text
+    assert "tenant-&lt;b&gt;7&lt;/b&gt;" in text  # escaped, like every stored text
 
 
 @pytest.mark.django_db

@@ -19,6 +19,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
+import awa_django
 from awa_django.client import Client
 from awa_django.storage.models import WorkerInstance
 from tests.factories import JobFactory
@@ -50,7 +51,7 @@ def test_table_shows_each_queue_with_its_figures():
     header = lines[0].split()
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
 
-    assert header[:10] == [
+    assert header[:11] == [
         "queue",
         "scheduled",
         "available",
@@ -59,6 +60,7 @@ def test_table_shows_each_queue_with_its_figures():
         "retryable",
         "failed",
         "cancelled",
+        "for_slot",
         "dead",
         "done/1m",
     ]
@@ -72,6 +74,18 @@ def test_table_shows_each_queue_with_its_figures():
     assert rows["email"][-5:] == ["paused", "by", "ops", "concurrency", "4"]
     assert dict(zip(header, rows["default"], strict=False))["failed"] == "2"
     assert "box:77 leader" in "\n".join(lines)
+
+
+@pytest.mark.django_db
+def test_the_busiest_concurrency_keys_show_in_the_text_and_the_json():
+    assert "concurrency keys" not in status()  # no key in use: no section
+    for _ in range(3):
+        awa_django.enqueue({"n": 1}, kind="status_keyed", queue="email", concurrency_key="acme")
+    text = status()
+    assert "Busiest concurrency keys" in text
+    assert "  acme: 1 in flight, 2 waiting" in text
+    doc = json.loads(status("--json"))
+    assert doc["busiest_keys"] == [{"key": "acme", "in_flight": 1, "waiting": 2}]
 
 
 @pytest.mark.django_db

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 import awa_django
 from awa_django import Client, Completed, InvalidSchedule, ScheduleNotFound
+from awa_django.keys import KEY_METADATA
 from awa_django.registry import registry
 from awa_django.registry.schedules import ScheduleDefinition
 from awa_django.snapshot import JobSnapshot
@@ -34,7 +35,7 @@ from awa_django.storage.sql import cron as cron_sql
 from awa_django.testing import capture_events, drain
 from awa_django.worker.database import Database, connection_kwargs
 from awa_django.worker.maintenance.cron import CronScheduler
-from testproject.testjobs.jobs import AccNoop
+from testproject.testjobs.jobs import AccKeyed, AccNoop
 from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,6 +107,21 @@ def test_sync_inserts_declared_schedules_with_the_job_declarations_options(
     assert nightly.last_fire_at is None and not nightly.paused
     six = CronSchedule.objects.get(name="cron-six")
     assert (six.priority, six.max_attempts, six.tags, six.queue) == (1, 3, ["t"], Q)
+
+
+def test_fires_of_a_keyed_kind_carry_their_concurrency_key(
+    declared: list[ScheduleDefinition],
+) -> None:
+    """A schedule of a kind with `@job(concurrency_key=...)` stores the key in its jobs'
+    metadata at sync, so each fire is admitted like an enqueue (decision 045)."""
+    awa_django.periodic("acc-keyed", "0 2 * * *", AccKeyed("acme"))
+    declared.append(next(d for d in registry.schedules() if d.name == "acc-keyed"))
+    sync(declared)
+    metadata = CronSchedule.objects.get(name="acc-keyed").metadata
+    assert metadata[KEY_METADATA] == {"key": "acme", "max": 2}
+    fired = [Client().trigger_schedule("acc-keyed").id for _ in range(3)]
+    states = [Job.objects.get(id=i).state for i in fired]
+    assert states == ["available", "available", "waiting_slot"]
 
 
 def test_sync_updates_the_definition_but_never_paused_nor_last_fire_at(

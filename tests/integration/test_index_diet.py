@@ -23,7 +23,7 @@ from awa_django.storage.models import ActiveLease, Job, has_tag, in_queue
 from awa_django.storage.sql import bulk as bulk_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql.bulk import Window
-from tests.factories import JobFactory
+from tests.factories import JobFactory, job_at_migration
 from tests.integration.sql_helpers import explain
 
 Q = "diet-q"
@@ -59,10 +59,13 @@ def at_0009() -> Iterator[None]:
         call_command("migrate", "awa_django", verbosity=0)
 
 
-def in_flight() -> dict[str, Job]:
-    """A job in each state of the common life and a few others, with and without tags."""
+def in_flight() -> dict[str, Any]:
+    """A job in each state of the common life and a few others, with and without tags
+    (written with the model as it was before the migration)."""
     jobs = {
-        f"{state}{'_tagged' if tags else ''}": JobFactory(queue=Q, state=state, tags=tags)
+        f"{state}{'_tagged' if tags else ''}": job_at_migration(
+            BEFORE, queue=Q, state=state, tags=tags
+        )
         for state in ("available", "running", "completed", "failed", "scheduled")
         for tags in ([], ["vip", "batch-7"])
     }

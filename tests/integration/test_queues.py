@@ -194,6 +194,7 @@ def test_as_dict_lists_every_depth_state():
         "retryable": 0,
         "failed": 1,
         "cancelled": 0,
+        "waiting_slot": 0,
     }
     assert doc["lag_seconds"] is None
 

@@ -9,6 +9,7 @@ from awa_django.storage.sql import Statement, job_copy
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import cron as cron_sql
 from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import keys as keys_sql
 from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.storage.sql import rollups as rollups_sql
@@ -21,6 +22,7 @@ from tests.integration import (
     test_sql_cron,
     test_sql_job_copy,
     test_sql_jobs,
+    test_sql_keys,
     test_sql_leases,
     test_sql_maintenance,
     test_sql_unique,
@@ -32,6 +34,7 @@ from tests.integration import (
 TEST_MODULES: tuple[ModuleType, ...] = (
     test_sql_jobs,
     test_sql_job_copy,
+    test_sql_keys,
     test_sql_leases,
     test_sql_maintenance,
     test_sql_admin,
@@ -47,6 +50,7 @@ def test_every_named_statement_has_a_test_named_after_it() -> None:
     modules = (
         jobs_sql,
         job_copy,
+        keys_sql,
         leases_sql,
         maintenance_sql,
         admin_sql,

@@ -3,6 +3,7 @@ and scripts (the same figures as the admin dashboard)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -14,8 +15,10 @@ from awa_django.client import DEPTH_STATES, Client, LiveWorker, QueueStats, Thre
 from awa_django.conf import awa_settings
 from awa_django.display import format_duration
 from awa_django.exceptions import InvalidThreshold
+from awa_django.snapshot import KeyFigures
 
-SHORT_NAMES = {"waiting_external": "waiting"}
+SHORT_NAMES = {"waiting_external": "waiting", "waiting_slot": "for_slot"}
+BUSIEST_KEYS = 10
 
 
 # A week: longer than any rollup retention worth reading here, and far inside an interval's range.
@@ -51,13 +54,16 @@ class Command(BaseCommand):
         if options["check"]:
             self._check(using, options)
             return
-        stats, workers, unhandled = _collect(options["window"], using)
+        stats, workers, unhandled, busiest = _collect(options["window"], using)
         if options["json"]:
             document = _document(stats, workers, options["window"])
-            self.stdout.write(json.dumps({**document, "unhandled_kinds": unhandled}, indent=2))
+            keys = [dataclasses.asdict(k) for k in busiest]
+            document = {**document, "unhandled_kinds": unhandled, "busiest_keys": keys}
+            self.stdout.write(json.dumps(document, indent=2))
         else:
             self.stdout.write(_table(stats, options["window"]))
             self.stdout.write(_unhandled_text(unhandled))
+            self.stdout.write(_keys_text(busiest))
             self.stdout.write(_workers_text(workers))
 
     def _check(self, using: str, options: dict[str, Any]) -> None:
@@ -70,7 +76,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if limits.max_lag_seconds is None and limits.max_failure_rate is None:
             raise CommandError("--check needs --max-lag and/or --max-failure-rate")
-        stats, _, _ = _collect(options["window"], using)
+        stats, _, _, _ = _collect(options["window"], using)
         found = breaches(stats, Client(using).queue_outcomes(options["window"]), limits)
         for breach in found:
             self.stdout.write(f"BREACH {breach}")
@@ -103,10 +109,17 @@ def _add_check_arguments(parser: CommandParser) -> None:
     )
 
 
-def _collect(window: int, using: str) -> tuple[list[QueueStats], list[LiveWorker], dict[str, int]]:
+def _collect(
+    window: int, using: str
+) -> tuple[list[QueueStats], list[LiveWorker], dict[str, int], list[KeyFigures]]:
     try:
         client = Client(using)
-        return client.queue_stats(window), client.live_workers(), client.unhandled_kinds()
+        return (
+            client.queue_stats(window),
+            client.live_workers(),
+            client.unhandled_kinds(),
+            client.busiest_keys(BUSIEST_KEYS),
+        )
     except ProgrammingError as exc:
         if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
             raise CommandError(
@@ -190,6 +203,15 @@ def _unhandled_text(unhandled: dict[str, int]) -> str:
         return ""
     lines = ["\nKinds no live worker handles (waiting jobs):"]
     lines += [f"  {kind}: {count}" for kind, count in sorted(unhandled.items())]
+    return "\n".join(lines)
+
+
+def _keys_text(busiest: list[KeyFigures]) -> str:
+    """The busiest concurrency keys (decision 045); nothing when no key is in use."""
+    if not busiest:
+        return ""
+    lines = ["\nBusiest concurrency keys (in flight, waiting for a slot):"]
+    lines += [f"  {k.key}: {k.in_flight} in flight, {k.waiting} waiting" for k in busiest]
     return "\n".join(lines)
 
 

@@ -354,10 +354,12 @@ HAND_BACK = SNOOZE.variant("hand back")
 # T11, WaitForCallback (park mode): the job waits for its callback, which stays; the
 # attempt's slot and lease are freed. The token the handler returned must still be the
 # job's current callback (param callback_id), else nothing moves.
+# A park gives up the job's concurrency-key slot (key_slot NULL: the release trigger of
+# migration 0014 frees it), which a sequential wait (jobs.job_enter_wait) keeps (045).
 PARK = Move(
     "park",
     JobState.WAITING_EXTERNAL,
-    (),
+    (("key_slot", "NULL"),),
     (JobState.RUNNING,),
     True,
     Notify.NONE,

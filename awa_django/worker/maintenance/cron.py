@@ -125,6 +125,6 @@ def _upsert(definitions: list[ScheduleDefinition]) -> Query[list[str]]:
         priorities=[priority for _, priority, _ in options],
         max_attempts=[attempts for _, _, attempts in options],
         tags=[json.dumps(list(d.tags)) for d in definitions],
-        metadata=[d.metadata for d in definitions],
+        metadata=[d.job_metadata() for d in definitions],
         policies=[str(d.missed_fire_policy) for d in definitions],
     )

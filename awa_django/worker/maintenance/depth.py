@@ -1,9 +1,11 @@
-"""Measures each queue's depth, lag and dead letters once for the whole fleet: the leader
-runs two index-only queries and publishes the figures through its own metrics endpoint,
-so no scrape of any worker touches the jobs tables (decision 021)."""
+"""Measures each queue's depth, lag, dead letters and jobs waiting for a concurrency-key
+slot once for the whole fleet: the leader runs a few indexed queries and publishes the
+figures through its own metrics endpoint, so no scrape of any worker touches the jobs
+tables (decision 021)."""
 
 from __future__ import annotations
 
+from awa_django.storage.sql import keys as keys_sql
 from awa_django.storage.sql import rollups as rollups_sql
 from awa_django.worker.database import Database
 from awa_django.worker.metrics import WorkerMetrics
@@ -24,4 +26,7 @@ class QueueDepth:
         self.metrics.set_queue_figures(figures)
         dead = dict.fromkeys(self.queues, 0) | await self.db.run(rollups_sql.dead_letter_depth())
         self.metrics.set_dead_letter_figures(dead)
+        # Jobs waiting for a concurrency-key slot, per queue: aggregated, never per key.
+        waiting = dict.fromkeys(self.queues, 0) | await self.db.run(keys_sql.key_waiting_by_queue())
+        self.metrics.set_keys_waiting(waiting)
         return figures
