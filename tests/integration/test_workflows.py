@@ -252,3 +252,38 @@ def test_a_dead_lettered_child_keeps_its_parents() -> None:
     assert [p.id for p in Client().parents(child.id)] == [parent.id]
     Client().retry_dead_letters(ids=[child.id])
     assert Job.objects.get(id=child.id).has_parents
+
+
+# -- pruning ----------------------------------------------------------------------------------
+def _prune() -> int:
+    from awa_django.storage.sql import maintenance as maintenance_sql
+
+    return maintenance_sql.job_prune_terminal(
+        completed_seconds=60, failed_seconds=60, limit=100
+    ).run("default")
+
+
+def test_pruning_keeps_a_parent_while_a_child_of_it_has_not_ended() -> None:
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from awa_django.storage.models import JobDependency
+
+    done = awa_django.enqueue(Step("done"))
+    pending = awa_django.enqueue(Step("pending"), run_at=timezone.now() + dt.timedelta(hours=1))
+    child = awa_django.enqueue(Step("child"), after=[done, pending])
+    plain = awa_django.enqueue(Step("plain"))
+    drain()
+    long_ago = timezone.now() - dt.timedelta(hours=2)
+    Job.objects.filter(id__in=[done.id, plain.id]).update(finalized_at=long_ago)
+    assert _prune() == 1  # the plain job; the parent stays: its child still waits
+    assert Job.objects.filter(id=done.id).exists()
+    Job.objects.filter(id=pending.id).update(state="available", run_at=timezone.now())
+    drain()
+    assert state(child.id) == "completed"
+    assert [p.result for p in Client().parents(child.id)] == [{"from": "done"}, {"from": "pending"}]
+    Job.objects.filter(id__in=[pending.id, child.id]).update(finalized_at=long_ago)
+    assert _prune() == 3  # every child ended: the parents go, and the child with its rows
+    assert not JobDependency.objects.filter(child_id=child.id).exists()
+    assert not JobWait.objects.filter(job_id=child.id).exists()
