@@ -104,6 +104,9 @@ def test_enqueue_after_a_parent_while_it_completes_never_loses_the_child() -> No
     """The enqueue locks the parent: the completion waits for the edge to commit, and its
     trigger (fresh snapshots) then counts it."""
     parent = awa_django.enqueue(RaceStep(1))
+    # A first child flags the parent: the second enqueue writes nothing to the parent's
+    # row, so only its lock makes the completion wait.
+    first = awa_django.enqueue(RaceStep(3), after=[parent])
     (claimed,) = jobs_sql.job_claim_many(
         queue=QUEUE, limit=1, worker_id="race", deadline_seconds=300, lease_now=True
     ).run("default")
@@ -124,8 +127,9 @@ def test_enqueue_after_a_parent_while_it_completes_never_loses_the_child() -> No
             assert not done.wait(0.5)  # the completion waits for the enqueue's lock
         thread.join(10)
         assert done.is_set()
-    assert Job.objects.get(id=child.id).state == "available"
-    assert moves(child.id) == [("waiting_parents", "available")]
+    for job_id in (first.id, child.id):
+        assert Job.objects.get(id=job_id).state == "available"
+        assert moves(job_id) == [("waiting_parents", "available")]
 
 
 def test_a_long_chain_cascades_its_cancel_through_nested_triggers() -> None:
