@@ -56,7 +56,8 @@ def names() -> list[str]:
     return [name for name, _ in ran]
 
 
-def state(job_id: int) -> str:
+def state(job_id: int | None) -> str:
+    assert job_id is not None
     return Job.objects.get(id=job_id).state
 
 
@@ -268,7 +269,7 @@ def test_pruning_keeps_a_parent_while_a_child_of_it_has_not_ended() -> None:
 
     from django.utils import timezone
 
-    from awa_django.storage.models import JobDependency
+    from awa_django.storage.workflows import JobDependency
 
     done = awa_django.enqueue(Step("done"))
     pending = awa_django.enqueue(Step("pending"), run_at=timezone.now() + dt.timedelta(hours=1))
@@ -384,7 +385,7 @@ def test_cancelling_a_batch_cancels_its_waiting_members_and_callbacks() -> None:
     cancelled = Client().cancel_batch(batch_id)
     progress = Client().batch_progress(batch_id)
     assert sorted(r.id for r in cancelled) == sorted(
-        [Client().batch_members(batch_id)[1], progress.on_complete_id]
+        [Client().batch_members(batch_id)[1], progress.on_complete_id or 0]
     )
     assert (progress.completed, progress.cancelled, progress.is_finished) == (1, 1, True)
     drain()
