@@ -54,7 +54,10 @@ BEGIN
 
     WITH promoted AS (
         UPDATE awa_jobs_hot j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        -- statement_timestamp(), not now(): a row inserted earlier in this transaction
+        -- by a statement whose run_at default is its statement's time (Now()) is due.
+        SET state = CASE WHEN j.run_at > statement_timestamp() THEN 'scheduled'
+                         ELSE 'available' END,
             run_at = greatest(j.run_at, now())
         FROM awa_job_waits w
         WHERE w.job_id = ANY(p_children) AND j.id = w.job_id AND j.state = 'waiting_parents'
@@ -75,6 +78,7 @@ CREATE OR REPLACE FUNCTION awa_workflow_parent_ended(p_parent bigint, p_outcome 
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_children bigint[];
+    v_due bigint[];
     v_bad int := (p_outcome <> 'completed')::int;
 BEGIN
     WITH resolved AS (
@@ -84,11 +88,24 @@ BEGIN
     )
     SELECT array_agg(child_id ORDER BY child_id) INTO v_children FROM resolved;
     IF v_children IS NOT NULL THEN
-        PERFORM 1 FROM awa_job_waits WHERE job_id = ANY(v_children) ORDER BY job_id FOR UPDATE;
-        UPDATE awa_job_waits
-        SET pending_parents = pending_parents - 1, failed_parents = failed_parents + v_bad
-        WHERE job_id = ANY(v_children);
-        PERFORM awa_workflow_settle(v_children);
+        IF cardinality(v_children) > 1 THEN
+            PERFORM 1 FROM awa_job_waits WHERE job_id = ANY(v_children)
+            ORDER BY job_id FOR UPDATE;
+        END IF;
+        -- Only the children this parent moves are settled: a fan-in's other parents cost
+        -- one counter update each (the counter row is updated by every parent, and
+        -- within one transaction each update walks the row's versions so far).
+        WITH counted AS (
+            UPDATE awa_job_waits
+            SET pending_parents = pending_parents - 1, failed_parents = failed_parents + v_bad
+            WHERE job_id = ANY(v_children)
+            RETURNING job_id, pending_parents, failed_parents, on_parent_failure
+        )
+        SELECT array_agg(job_id) INTO v_due FROM counted
+        WHERE pending_parents = 0 OR (failed_parents > 0 AND on_parent_failure <> 'run');
+        IF v_due IS NOT NULL THEN
+            PERFORM awa_workflow_settle(v_due);
+        END IF;
     END IF;
 
     WITH ended AS (

@@ -145,6 +145,17 @@ def _rescued_into_dead_letters(scheduler: str, parent_id: int) -> None:
     assert not Job.objects.filter(id=parent_id).exists()
 
 
+def _by_callback(resolve: Callable[[Client, Any], object]) -> Callable[[str, int], None]:
+    """The attempt parks (WaitForCallback); a callback verb then ends the job."""
+
+    def drive(scheduler: str, parent_id: int) -> None:
+        _attempt("park")(scheduler, parent_id)
+        assert _child_state() == "waiting_parents"  # parked is not an end
+        resolve(Client(), Job.objects.get(id=parent_id).callback_id)
+
+    return drive
+
+
 OUTCOMES: dict[str, tuple[Callable[[str, int], None], bool]] = {
     # name: (drive, parent completed?)
     "completed": (_attempt("complete_with_result"), True),
@@ -157,6 +168,8 @@ OUTCOMES: dict[str, tuple[Callable[[str, int], None], bool]] = {
     "rescued_then_completed": (_rescued_then_completed, True),
     "rescued_on_last_attempt": (_rescued_on_last_attempt, False),
     "rescued_into_dead_letters": (_rescued_into_dead_letters, False),
+    "completed_by_callback": (_by_callback(lambda c, cb: c.complete_external(cb)), True),
+    "failed_by_callback": (_by_callback(lambda c, cb: c.fail_external(cb, "refused")), False),
 }
 POLICIES = ("cancel", "run", "discard")
 

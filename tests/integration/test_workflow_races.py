@@ -137,3 +137,16 @@ def test_a_long_chain_cascades_its_cancel_through_nested_triggers() -> None:
     Client().cancel(rows[0].id)
     states = set(Job.objects.filter(id__in=[r.id for r in rows]).values_list("state", flat=True))
     assert states == {"cancelled"}
+
+
+def test_a_fan_in_of_the_most_parents_allowed_promotes_its_child_once() -> None:
+    """MAX_PARENTS parents, completed in one statement: the trigger runs once per parent,
+    all decrementing the child's one counter row in this transaction."""
+    from awa_django.options import MAX_PARENTS
+
+    ids = awa_django.enqueue_many([RaceStep(i) for i in range(MAX_PARENTS)])
+    child = awa_django.enqueue(RaceStep(-1), after=ids)
+    assert JobWait.objects.get(job_id=child.id).pending_parents == MAX_PARENTS
+    Job.objects.filter(id__in=ids).update(state="completed")
+    assert moves(child.id) == [("waiting_parents", "available")]
+    assert JobWait.objects.get(job_id=child.id).pending_parents == 0
