@@ -128,7 +128,7 @@ class Group:
 
     def enqueue(self) -> list[JobSnapshot]:
         """Enqueue the members in one transaction; their rows in order."""
-        return Client(self.using).group(*self.jobs)  # type: ignore[return-value]
+        return Client(self.using).group(*self.jobs)
 
     def then(self, child: Any, *, on_parent_failure: str = "cancel") -> GroupResult:
         """Enqueue the members and `child`, which waits on all of them, in one
@@ -137,10 +137,10 @@ class Group:
             flow = awa_django.group(Resize(1), Resize(2)).then(Publish())
             flow.child.id, [m.id for m in flow.members]
         """
-        result = Client(self.using).group(
+        # `child` is Any, which matches both overloads of Client.group: name the result.
+        result: GroupResult = Client(self.using).group(
             *self.jobs, then=child, on_parent_failure=on_parent_failure
         )
-        assert isinstance(result, GroupResult)
         return result
 
 

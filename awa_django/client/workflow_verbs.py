@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from awa_django.client import workflows
 from awa_django.client.twins import async_twin
@@ -36,6 +36,12 @@ class WorkflowVerbs:
         the others `waiting_parents`). Celery's `chain(a, b, c)`."""
         return workflows.chain(self.using, jobs, on_parent_failure)
 
+    @overload
+    def group(
+        self, *jobs: Any, then: None = None, on_parent_failure: str = "cancel"
+    ) -> list[JobSnapshot]: ...
+    @overload
+    def group(self, *jobs: Any, then: Any, on_parent_failure: str = "cancel") -> GroupResult: ...
     def group(
         self, *jobs: Any, then: Any | None = None, on_parent_failure: str = "cancel"
     ) -> GroupResult | list[JobSnapshot]:
