@@ -150,3 +150,39 @@ def test_a_fan_in_of_the_most_parents_allowed_promotes_its_child_once() -> None:
     Job.objects.filter(id__in=ids).update(state="completed")
     assert moves(child.id) == [("waiting_parents", "available")]
     assert JobWait.objects.get(job_id=child.id).pending_parents == 0
+
+
+def _notified(conn: psycopg.Connection, channel: str, deadline: float = 5.0) -> bool:
+    import select
+    import time
+
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        select.select([conn.fileno()], [], [], max(end - time.monotonic(), 0))
+        if any(n.channel == channel for n in conn.notifies(timeout=0, stop_after=10)):
+            return True
+    return False
+
+
+def test_a_promotion_wakes_the_childs_queue_on_commit() -> None:
+    """The trigger NOTIFYs the child's queue as an enqueue would (channels.py), and only
+    when the parent's transition commits."""
+    from awa_django.channels import channel_for
+
+    long_queue = "wf-" + "q" * 80  # its channel is the md5 form
+    parent = awa_django.enqueue(RaceStep(1))
+    child = awa_django.enqueue(RaceStep(2), after=[parent], queue=long_queue)
+    (claimed,) = jobs_sql.job_claim_many(
+        queue=QUEUE, limit=1, worker_id="race", deadline_seconds=300, lease_now=True
+    ).run("default")
+    with psycopg.connect(
+        **{**connection_kwargs("default", "awa-test-listen"), "autocommit": True}
+    ) as listener:
+        listener.execute(f'LISTEN "{channel_for(long_queue)}"')
+        with transaction.atomic():
+            jobs_sql.job_complete_one(id=claimed.id, run_lease=claimed.run_lease, result=None).run(
+                "default"
+            )
+            assert Job.objects.get(id=child.id).state == "available"
+            assert not _notified(listener, channel_for(long_queue), deadline=0.3)
+        assert _notified(listener, channel_for(long_queue))
