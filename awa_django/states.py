@@ -59,8 +59,8 @@ class DeadLetterReason(models.TextChoices):
 
 
 class RunAtMode(StrEnum):
-    """How a transition moves `run_at` (`job_set_state_if_running`'s `run_at_mode`). A
-    StrEnum, so the statement binds the same text it always did."""
+    """How a move of the transition catalogue reschedules a job for its next attempt
+    (`storage.sql.transitions.reschedule`)."""
 
     KEEP = "keep"  # run_at unchanged
     DELAY = "delay"  # now() + the transition's delay_seconds

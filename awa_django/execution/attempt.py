@@ -311,11 +311,8 @@ def _set_state(job: JobContext[Any], t: Transition) -> Query[JobSnapshot | None]
     return jobs_sql.job_set_state_if_running(
         id=job.id,
         run_lease=job.run_lease,
-        state=t.state,
-        run_at_mode=t.run_at_mode,
+        move=t.move,
         delay_seconds=t.delay_seconds,
-        attempt_refund=t.attempt_refund,
-        finalize=t.finalize,
         error=t.error,
         error_type=t.error_type,
         terminal=t.terminal,

@@ -1,7 +1,10 @@
 """Maps what a handler did to the transition it asks for (DESIGN §5). Pure: no I/O.
 
 `plan()` returns None for a plain completion (the completer batches those) and a
-`Transition` for everything else; `attempt.finish` writes it with `job_set_state_if_running`.
+`Transition` for everything else: one of the catalogue's moves (storage/sql/transitions.py,
+`ATTEMPT_MOVES`) with the values its statement takes; `attempt.finish` writes it with
+`job_set_state_if_running`. Only here is a move chosen; whether an attempt is exhausted or
+its job dead-lettered is the catalogue's rule (`exhausted`, `dead_lettered`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,22 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from awa_django.codec import CUT, MAX_ERROR_BYTES, TRUNCATED, storable_text
-from awa_django.events import Cancelled, Event, Exhausted, Retried, WaitingForCallback
+from awa_django.events import Event
 from awa_django.exceptions import InvalidJobArgs, TerminalError, UnknownJobKind
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
-from awa_django.states import DeadLetterReason, JobState, RunAtMode
-from awa_django.storage.sql.transitions import exhausted
+from awa_django.states import DeadLetterReason, JobState
+from awa_django.storage.sql.transitions import (
+    CANCEL,
+    FAIL,
+    HAND_BACK,
+    PARK,
+    RETRY_AFTER,
+    RETRY_LATER,
+    SNOOZE,
+    Move,
+    exhausted,
+)
 
 # Lines of traceback stored with an error (marker lines not counted): the last frames.
 TRACEBACK_LINES = 16
@@ -29,12 +42,11 @@ MAX_DELAY_SECONDS = 10 * 365 * 86400.0
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    state: JobState
-    event: type[Event] | None
-    run_at_mode: RunAtMode = RunAtMode.KEEP
+    """A chosen `move` and what its statement writes with it: the handler's delay
+    (RETRY_AFTER, SNOOZE, HAND_BACK), the attempt's error entry, a park's token."""
+
+    move: Move
     delay_seconds: float | None = None
-    attempt_refund: int = 0
-    finalize: bool = True
     error: str | None = None
     error_type: str | None = None  # the exception's class path, its own key in the entry
     terminal: bool = False
@@ -46,11 +58,20 @@ class Transition:
     # The exception class `error_type` names, for the writer to recognise by identity.
     error_class: type[BaseException] | None = None
 
+    @property
+    def state(self) -> JobState:
+        return self.move.state
+
+    @property
+    def event(self) -> type[Event] | None:
+        """What the committed move announces (the move's event)."""
+        return self.move.event
+
 
 def routed(transition: Transition, dead_letter_queue: bool) -> Transition:
     """`transition`, or on a dead-letter queue, a failure for good turned into a move to
     the dead letters with its reason (decision 016). Other transitions stay as they are."""
-    if not dead_letter_queue or transition.state != JobState.FAILED:
+    if not dead_letter_queue or transition.move is not FAIL:
         return transition
     reason = (
         DeadLetterReason.TERMINAL_ERROR
@@ -79,29 +100,15 @@ def _plan(row: JobSnapshot, result: Any) -> Transition | None:
             if exhausted(row.attempt, row.max_attempts):
                 shown = int(seconds) if seconds.is_integer() else seconds
                 message = f"max_attempts exhausted (handler requested retry after {shown}s)"
-                return Transition(JobState.FAILED, Exhausted, error=message)
-            return Transition(
-                JobState.RETRYABLE, Retried, run_at_mode=RunAtMode.DELAY, delay_seconds=seconds
-            )
+                return Transition(FAIL, error=message)
+            return Transition(RETRY_AFTER, delay_seconds=seconds)
         case Snooze(seconds=seconds):
-            return Transition(
-                JobState.SCHEDULED,
-                None,
-                run_at_mode=RunAtMode.DELAY,
-                delay_seconds=_delay(Snooze, seconds),
-                attempt_refund=1,
-                finalize=False,
-            )
+            return Transition(SNOOZE, delay_seconds=_delay(Snooze, seconds))
         case Cancel(reason=reason):
             text = storable_text(f"cancelled: {reason}")
-            return Transition(JobState.CANCELLED, Cancelled, error=text, reason=text[11:])
+            return Transition(CANCEL, error=text, reason=text[11:])
         case WaitForCallback(token=token):
-            return Transition(
-                JobState.WAITING_EXTERNAL,
-                WaitingForCallback,
-                finalize=False,
-                callback_id=_callback_id(token),
-            )
+            return Transition(PARK, callback_id=_callback_id(token))
     return None
 
 
@@ -140,17 +147,10 @@ def plan_failure(row: JobSnapshot, error: BaseException, *, logged: bool = False
     if terminal or exhausted(row.attempt, row.max_attempts):
         message = describe(error, logged=logged)
         return Transition(
-            JobState.FAILED,
-            Exhausted,
-            error=message,
-            error_type=kind,
-            terminal=terminal,
-            error_class=error_class,
+            FAIL, error=message, error_type=kind, terminal=terminal, error_class=error_class
         )
     return Transition(
-        JobState.RETRYABLE,
-        Retried,
-        run_at_mode=RunAtMode.BACKOFF,
+        RETRY_LATER,
         error=describe(error),
         error_type=kind,
         error_class=error_class,
@@ -175,7 +175,7 @@ def contract_violation(current_callback: uuid.UUID | None) -> Transition:
             "WaitForCallback returned a superseded callback token: register_callback was "
             f"called again, and only the latest token ({current_callback}) can resolve the job"
         )
-    return Transition(JobState.FAILED, Exhausted, error=error, terminal=True)
+    return Transition(FAIL, error=error, terminal=True)
 
 
 # How long a job whose kind this worker cannot run waits before any worker may claim it
@@ -198,21 +198,16 @@ def plan_unknown_kind(row: JobSnapshot, error: UnknownJobKind, grace: float) -> 
     if grace <= 0 or unhandled_for >= grace:
         waited = "" if grace <= 0 else f" (not run within UNKNOWN_KIND_GRACE, {grace:.0f}s)"
         return Transition(
-            JobState.FAILED,
-            Exhausted,
+            FAIL,
             error=storable_text(f"{error}{waited}"),
             error_type=_UNKNOWN_KIND,
             terminal=True,
         )
     first = since is None  # only the first hand-back leaves an entry: when it started
     return Transition(
-        JobState.SCHEDULED,
-        None,
-        run_at_mode=RunAtMode.DELAY,
+        HAND_BACK,
         # Due again when the grace ends at the latest, so a short grace is kept.
         delay_seconds=min(HANDBACK_SECONDS, grace - unhandled_for),
-        attempt_refund=1,
-        finalize=False,
         error=f"no handler for kind {row.kind!r} in this worker: handed back" if first else None,
         error_type=_UNKNOWN_KIND if first else None,
     )
@@ -235,8 +230,7 @@ def unstorable(error: BaseException) -> Transition:
     the codec refused it): the same values would be refused on every retry. Progress is
     not written (it may be the culprit)."""
     return Transition(
-        JobState.FAILED,
-        Exhausted,
+        FAIL,
         error=storable_text(f"the outcome of this attempt could not be stored: {error}"),
         error_type=exception_path(error),
         terminal=True,
@@ -253,13 +247,9 @@ def plan_refused(row: JobSnapshot, error: BaseException) -> Transition:
     kind = exception_path(error)
     error_class = type(error)
     if exhausted(row.attempt, row.max_attempts):
-        return Transition(
-            JobState.FAILED, Exhausted, error=message, error_type=kind, error_class=error_class
-        )
+        return Transition(FAIL, error=message, error_type=kind, error_class=error_class)
     return Transition(
-        JobState.RETRYABLE,
-        Retried,
-        run_at_mode=RunAtMode.BACKOFF,
+        RETRY_LATER,
         error=message,
         error_type=kind,
         error_class=error_class,

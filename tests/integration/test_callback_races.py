@@ -26,6 +26,7 @@ from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql import transitions
 from tests.integration.test_callbacks import ParkedJobFactory, callback_of, running_with_callback
 from tests.integration.test_client_hooks import raw_connection
 
@@ -183,9 +184,8 @@ def test_free_running_complete_external_and_rescue_have_one_outcome(events):
 def park(conn, job: Job) -> list[tuple[Any, ...]]:
     """The worker's park write (T11) for the job's attempt, on a connection of its own."""
     query = jobs_sql.job_set_state_if_running(
-        id=job.id, run_lease=job.run_lease, state="waiting_external", finalize=False,
-        callback_id=job.callback_id,
-    )  # fmt: skip
+        id=job.id, run_lease=job.run_lease, move=transitions.PARK, callback_id=job.callback_id
+    )
     return conn.execute(query.statement.sql, query.params).fetchall()
 
 

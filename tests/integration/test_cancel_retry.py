@@ -22,6 +22,7 @@ from awa_django.execution.inline import run_available
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql import transitions
 from awa_django.testing import capture_events
 from tests.factories import JobFactory as BaseJobFactory
 from tests.listening import Listener
@@ -124,7 +125,7 @@ def test_later_outcomes_of_a_cancelled_attempt_are_stale() -> None:
     before = Job.objects.filter(id=row.id).values().get()
     completed = jobs_sql.job_complete_many(ids=[row.id], leases=[row.run_lease], results=[None])
     retried = jobs_sql.job_set_state_if_running(
-        id=row.id, run_lease=row.run_lease, state="retryable", run_at_mode="backoff", error="late"
+        id=row.id, run_lease=row.run_lease, move=transitions.RETRY_LATER, error="late"
     )
     assert completed.run("default") == []
     assert retried.run("default") is None

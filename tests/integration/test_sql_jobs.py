@@ -21,7 +21,6 @@ from django.utils import timezone
 
 from awa_django.execution.outcomes import Transition
 from awa_django.snapshot import JobSnapshot
-from awa_django.states import JobState, RunAtMode
 from awa_django.storage.models import (
     ActiveLease,
     Job,
@@ -33,6 +32,17 @@ from awa_django.storage.sql.fragments import (
     EPOCH_SPACE,
     ERRORS_KEPT,
     LEASE_EPOCH_SETTING,
+)
+from awa_django.storage.sql.transitions import (
+    ATTEMPT_MOVES,
+    CANCEL,
+    FAIL,
+    HAND_BACK,
+    PARK,
+    RETRY_AFTER,
+    RETRY_LATER,
+    SNOOZE,
+    Move,
 )
 from tests.integration.sql_helpers import (
     AGO,
@@ -292,7 +302,7 @@ def test_job_set_state_if_running_retry_with_backoff() -> None:
     row = running()
     (moved,) = set_state(
         row,
-        Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="E: x"),
+        Transition(RETRY_LATER, error="E: x"),
         '{"p": 1}',
     )
     assert (moved.state, moved.attempt, moved.progress) == ("retryable", 1, {"p": 1})
@@ -305,9 +315,7 @@ def test_job_set_state_if_running_retry_with_backoff() -> None:
 def test_job_set_state_if_running_backoff_is_capped_at_a_day() -> None:
     job = JobFactory(attempt=40, max_attempts=100)
     (row,) = claim()
-    (moved,) = set_state(
-        row, Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="e")
-    )
+    (moved,) = set_state(row, Transition(RETRY_LATER, error="e"))
     assert moved.finalized_at is not None
     assert moved.run_at - moved.finalized_at == dt.timedelta(days=1)
     assert moved.id == job.id
@@ -316,14 +324,7 @@ def test_job_set_state_if_running_backoff_is_capped_at_a_day() -> None:
 def test_job_set_state_if_running_snooze_refunds_and_keeps_finalized_at() -> None:
     earlier = timezone.now() - dt.timedelta(hours=3)
     row = running(finalized_at=earlier, progress={"keep": True})
-    transition = Transition(
-        JobState.SCHEDULED,
-        None,
-        run_at_mode=RunAtMode.DELAY,
-        delay_seconds=9,
-        attempt_refund=1,
-        finalize=False,
-    )
+    transition = Transition(SNOOZE, delay_seconds=9)
     (moved,) = set_state(row, transition)
     assert (moved.state, moved.attempt, moved.finalized_at) == ("scheduled", 0, earlier)
     assert moved.attempted_at is not None
@@ -333,10 +334,10 @@ def test_job_set_state_if_running_snooze_refunds_and_keeps_finalized_at() -> Non
 
 def test_job_set_state_if_running_terminal_failure_and_cancel() -> None:
     failed = running()
-    (row,) = set_state(failed, Transition(JobState.FAILED, None, error="fatal", terminal=True))
+    (row,) = set_state(failed, Transition(FAIL, error="fatal", terminal=True))
     assert row.state == "failed" and row.errors[0]["terminal"] is True
     cancelled = running()
-    (row,) = set_state(cancelled, Transition(JobState.CANCELLED, None, error="cancelled: r"))
+    (row,) = set_state(cancelled, Transition(CANCEL, error="cancelled: r"))
     assert row.state == "cancelled" and "terminal" not in row.errors[0]
     assert row.finalized_at == transaction_now()
 
@@ -344,7 +345,7 @@ def test_job_set_state_if_running_terminal_failure_and_cancel() -> None:
 def test_job_set_state_if_running_park_needs_the_registered_callback() -> None:
     row = running()
     token = uuid.uuid4()
-    park = Transition(JobState.WAITING_EXTERNAL, None, finalize=False, callback_id=token)
+    park = Transition(PARK, callback_id=token)
     assert set_state(row, park) == []  # no callback registered: the contract guard
     run(
         jobs_sql.job_register_callback,
@@ -371,9 +372,7 @@ def test_job_set_state_if_running_clears_a_callback_on_other_outcomes() -> None:
         callback_id=uuid.uuid4(),
         timeout_seconds=30,
     )
-    (moved,) = set_state(
-        row, Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="e")
-    )
+    (moved,) = set_state(row, Transition(RETRY_LATER, error="e"))
     assert (moved.callback_id, moved.callback_timeout_at) == (None, None)
 
 
@@ -384,12 +383,13 @@ def test_job_set_state_if_running_with_a_stale_run_lease_changes_nothing() -> No
     ActiveLease.objects.filter(job_id=row.id).update(run_lease=F("run_lease") + 1)
     before = snapshot(row.id)
     for transition in (
-        Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="late"),
-        Transition(JobState.FAILED, None, error="late", terminal=True),
-        Transition(JobState.CANCELLED, None, error="late"),
-        Transition(
-            JobState.SCHEDULED, None, run_at_mode=RunAtMode.DELAY, delay_seconds=1, attempt_refund=1
-        ),
+        Transition(RETRY_LATER, error="late"),
+        Transition(RETRY_AFTER, delay_seconds=1),
+        Transition(FAIL, error="late", terminal=True),
+        Transition(CANCEL, error="late"),
+        Transition(SNOOZE, delay_seconds=1),
+        Transition(HAND_BACK, delay_seconds=1, error="late"),
+        Transition(PARK, callback_id=uuid.uuid4()),
     ):
         assert set_state(row, transition, '{"late": 1}') == []
     assert complete([(row.id, row.run_lease)]) == []
@@ -404,14 +404,14 @@ def test_job_set_state_if_running_on_a_job_that_is_not_running_changes_nothing(
     job = JobFactory(state=state, run_lease=3, attempt=1)
     row = JobSnapshot.from_mapping(snapshot(job.id))
     before = snapshot(job.id)
-    assert set_state(row, Transition(JobState.FAILED, None, error="x", terminal=True)) == []
+    assert set_state(row, Transition(FAIL, error="x", terminal=True)) == []
     assert snapshot(job.id) == before
 
 
 def test_job_set_state_if_running_caps_the_errors_it_appends_to() -> None:
     history = [{"error": f"e{n}", "attempt": n, "at": "x"} for n in range(1, 21)]  # 20 kept
     row = running(errors=history, max_attempts=100)
-    retry = Transition(JobState.RETRYABLE, None, run_at_mode=RunAtMode.BACKOFF, error="latest")
+    retry = Transition(RETRY_LATER, error="latest")
     (moved,) = set_state(row, retry)
     errors = moved.errors
     # The first, a count of what was dropped, the most recent: still ERRORS_KEPT entries.
@@ -541,7 +541,8 @@ def test_job_complete_one_plan_uses_the_primary_key() -> None:
 
 
 @pytest.mark.usefixtures("big_table")
-def test_job_set_state_if_running_plan_uses_the_primary_key() -> None:
+@pytest.mark.parametrize("move", ATTEMPT_MOVES, ids=lambda move: move.name)
+def test_job_set_state_if_running_plan_uses_the_primary_key(move: Move) -> None:
     available = Job.objects.filter(state="available").values().first()
     assert available is not None
     row = JobSnapshot.from_mapping(available)
@@ -549,8 +550,11 @@ def test_job_set_state_if_running_plan_uses_the_primary_key() -> None:
         jobs_sql.job_set_state_if_running,
         id=row.id,
         run_lease=row.run_lease,
-        state="retryable",
-        run_at_mode="backoff",
+        move=move,
+        delay_seconds=1.0,
         error="e",
+        callback_id=uuid.uuid4(),
     )
+    if move is PARK and "Index Scan using awa_jobs_callback_uniq on awa_jobs_hot" in plan:
+        return  # the park's token: one probe of its unique index serves as well
     assert_finds_rows_by_id(plan)

@@ -1,8 +1,9 @@
 """The transition catalogue (storage/sql/transitions.py, decision 041): every catalogued
 transition through every selector that applies leaves the same row, the same lease rows,
-the same NOTIFYs and the same events; and the rows the worker rebuilds in Python instead
-of reading them back (`completer._completed`, `jobs._written`) equal the rows the
-database holds, on both schedulers.
+the same NOTIFYs and the same events; every move of a handler's outcome leaves the same
+row and events on both schedulers (the inline runner, the worker's Executor); and the
+rows rebuilt in Python instead of read back (`completer._completed`, `jobs._written`)
+equal the rows the database holds, field by field.
 
 Transactional tests: the worker's statements and the listeners run on connections of
 their own, so every row is committed.
@@ -33,6 +34,7 @@ from awa_django.events import Event
 from awa_django.execution.context import JobContext
 from awa_django.execution.inline import run_available
 from awa_django.snapshot import COLUMNS, JobSnapshot
+from awa_django.states import JobState
 from awa_django.storage.models import ActiveLease, DeadLetter, Job
 from awa_django.storage.sql import callbacks as callbacks_sql
 from awa_django.storage.sql import dead_letters as dead_letters_sql
@@ -43,6 +45,7 @@ from awa_django.testing import capture_events
 from awa_django.worker import completer as completer_module
 from awa_django.worker.completer import Completer
 from awa_django.worker.database import Database
+from awa_django.worker.executor import Executor
 from awa_django.worker.maintenance.rescuer import Rescuer
 from tests.factories import JobFactory
 from tests.integration import test_attempt_conformance as attempts
@@ -152,6 +155,17 @@ def test_cancel_takes_every_state_the_bulk_cancel_takes() -> None:
     assert not terminal & set(ACTION_STATES[BulkAction.CANCEL])
     guard = transitions.CANCEL.guard("j")
     assert guard == "j.state NOT IN ('completed', 'failed', 'cancelled')"
+
+
+def test_every_move_of_an_attempt_starts_from_running_and_ends_its_lease() -> None:
+    """job_set_state_if_running guards by a running attempt and releases its lease: each
+    move it renders must start from `running` and end the lease; a move it does not
+    render is refused before any SQL."""
+    for move in transitions.ATTEMPT_MOVES:
+        assert not move.sources or JobState.RUNNING in move.sources, move.name
+        assert move.releases, move.name
+    with pytest.raises(ValueError, match="not the outcome of an attempt"):
+        jobs_sql.job_set_state_if_running(id=1, run_lease=1, move=transitions.PROMOTE)
 
 
 def test_an_input_the_move_does_not_take_is_refused() -> None:
@@ -373,6 +387,37 @@ def test_the_enqueued_row_rebuilt_by_written_equals_the_stored_row(
     assert _differences(job, _database_row(job.id)) == {}
 
 
+WRITTEN_COLUMNS: list[dict[str, Any]] = [
+    {"state": "available", "run_at": None, "django_task": None, "tags": []},
+    {
+        "state": "scheduled",
+        "run_at": dt.datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC),
+        "django_task": '{"backend": "default", "n": 1e16, "text": "caf\\u00e9"}',
+        "tags": ["x", "caf\u00e9"],
+    },
+]
+
+
+@pytest.mark.parametrize("columns", WRITTEN_COLUMNS, ids=["available", "scheduled_task"])
+def test_every_column_written_by_job_insert_one_is_rebuilt_as_stored(
+    columns: dict[str, Any],
+) -> None:
+    """_written for the columns `enqueue` itself does not vary above: a run_at the caller
+    chose (state scheduled), a django.tasks marker (its JSON re-spelt by jsonb), tags."""
+    query = jobs_sql.job_insert_one(
+        kind="catalogue_written",
+        queue=QUEUE,
+        args='{"big": 1e16}',
+        priority=3,
+        max_attempts=4,
+        metadata='{"m": [1, 2.5]}',
+        channels=[],
+        **columns,
+    )
+    job = query.run("default")
+    assert _differences(job, _database_row(job.id)) == {}
+
+
 def test_the_inline_and_the_worker_completion_write_the_same_row() -> None:
     """Both schedulers complete through COMPLETE: the inline runner with job_complete_one,
     the worker's completer with the batched statement; the rows they leave are equal."""
@@ -451,15 +496,14 @@ DLQ: list[str] = []  # the dead-letter queues a case runs with (set per test)
 Cases = dict[str, tuple[str, Callable[[Job], object]]]
 
 
-def _by_worker(state: str) -> Callable[[Job], object]:
+def _by_worker(move: transitions.Move) -> Callable[[Job], object]:
     def write(job: Job) -> object:
         query = jobs_sql.job_set_state_if_running(
             id=job.pk,
             run_lease=job.run_lease,
-            state=state,
-            run_at_mode="backoff" if state == "retryable" else "keep",
+            move=move,
             error="gone",
-            terminal=state == "failed",
+            terminal=move is transitions.FAIL,
         )
         return query.run("default")
 
@@ -484,7 +528,7 @@ def _heartbeat_rescue(**params: Any) -> Any:
 
 
 FAILING: Cases = {
-    "worker_attempt": ("running", _by_worker("failed")),
+    "worker_attempt": ("running", _by_worker(transitions.FAIL)),
     "callback_id": (
         "waiting_external",
         lambda job: callbacks_sql.job_fail_external(
@@ -502,7 +546,7 @@ FAILING: Cases = {
     ),
 }
 RETRYING = {
-    "worker_attempt": ("running", _by_worker("retryable")),
+    "worker_attempt": ("running", _by_worker(transitions.RETRY_LATER)),
     **{name: case for name, case in FAILING.items() if name.startswith("rescue")},
 }
 
@@ -517,13 +561,24 @@ def _moved_row(job_id: int) -> dict[str, Any]:
 
 
 def _moved_through(cases: Cases, attempt: int) -> dict[str, dict[str, Any]]:
+    """Each case's row, from a job with a registered callback and an unread resume payload
+    (the early-callback race of §3.2): an attempt that ends consumes both, whoever ends it."""
     rows = {}
     for selector, (before, move) in cases.items():
-        job = _job(before, attempt=attempt, max_attempts=3, callback_result=None)
+        job = _job(before, attempt=attempt, max_attempts=3, **_callback_pending())
         move(job)
         assert not ActiveLease.objects.filter(job_id=job.pk).exists(), selector
         rows[selector] = _moved_row(job.pk)
     return rows
+
+
+def _callback_pending() -> dict[str, Any]:
+    """A registered callback (its own id: a unique index) and an unread resume payload."""
+    return {
+        "callback_id": uuid.uuid4(),
+        "callback_timeout_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+        "callback_result": {"early": True},
+    }
 
 
 def test_fail_leaves_the_same_row_through_every_selector() -> None:
@@ -531,6 +586,7 @@ def test_fail_leaves_the_same_row_through_every_selector() -> None:
     first = rows["worker_attempt"]
     assert all(row == first for row in rows.values()), rows
     assert (first["state"], first["finalized_at"], first["callback_id"]) == ("failed", True, False)
+    assert (first["callback_timeout_at"], first["callback_result"]) == (False, None)
     assert first["progress"] == {"percent": 50}  # kept: it shows how far the job got
     assert first["errors"][-1] == {"error": "gone", "attempt": 3, "at": True, "terminal": True}
 
@@ -540,6 +596,7 @@ def test_retry_later_leaves_the_same_row_through_every_selector() -> None:
     first = rows["worker_attempt"]
     assert all(row == first for row in rows.values()), rows
     assert (first["state"], first["run_at"], first["callback_id"]) == ("retryable", True, False)
+    assert (first["callback_timeout_at"], first["callback_result"]) == (False, None)
     assert first["errors"][-1] == {"error": "gone", "attempt": 2, "at": True}
 
 
@@ -616,12 +673,18 @@ def _applies(move: transitions.Move, job: Job) -> None:
             assert stored == int(value), column
 
 
-# handler mode, max_attempts: the move its outcome is
+# handler mode, max_attempts: the move its outcome is (every move of ATTEMPT_MOVES but the
+# hand-back, which only the worker makes: below)
 WORKER_OUTCOMES = {
     ("complete", 3): transitions.COMPLETE,
     ("raise", 3): transitions.RETRY_LATER,
     ("raise", 1): transitions.FAIL,
+    ("raise_terminal", 3): transitions.FAIL,
+    ("retry_after", 3): transitions.RETRY_AFTER,
+    ("retry_after", 1): transitions.FAIL,
+    ("snooze", 3): transitions.SNOOZE,
     ("cancel", 3): transitions.CANCEL,
+    ("park", 3): transitions.PARK,
 }
 
 
@@ -638,6 +701,107 @@ def test_both_schedulers_write_the_catalogued_move(
     assert _names(events) == ["Started", *_announced(move)]
     if move is transitions.RETRY_LATER:
         assert job.finalized_at is not None and job.run_at > job.finalized_at
+
+
+def _outcome_row(job_id: int) -> dict[str, Any]:
+    """_row without what names the scheduler (attempted_by, the claim's run_lease), each
+    error entry with its first line only (a trace's frames are the scheduler's own), and
+    whether run_at is later than the attempt."""
+    row = _row(job_id)
+    stored = Job.objects.get(id=job_id)
+    del row["attempted_by"], row["run_lease"]
+    row["errors"] = [
+        entry | {"error": entry["error"].partition("\n")[0], "at": "at" in entry}
+        for entry in row["errors"]
+    ]
+    row["run_at"] = stored.run_at > (stored.attempted_at or stored.run_at)
+    return row
+
+
+@pytest.mark.parametrize("outcome", list(WORKER_OUTCOMES), ids=lambda o: f"{o[0]}-{o[1]}")
+def test_both_schedulers_leave_the_same_row_and_events(outcome: tuple[str, int]) -> None:
+    """The inline runner and the worker apply a handler's outcome through the one attempt
+    selector (job_set_state_if_running by move, or COMPLETE): the rows they leave and the
+    events they fire are the same, field by field."""
+    mode, max_attempts = outcome
+    rows, events = {}, {}
+    for scheduler in ("inline", "worker"):
+        job_id = attempts.enqueue(mode, max_attempts=max_attempts)
+        _, fired = attempts.run_attempt(scheduler, job_id)
+        rows[scheduler], events[scheduler] = _outcome_row(job_id), _names(fired)
+    assert rows["inline"] == rows["worker"]
+    announced = _announced(WORKER_OUTCOMES[outcome])
+    assert events["inline"] == events["worker"] == ["Started", *announced]
+
+
+def test_the_worker_hands_back_a_kind_it_lacks_as_it_snoozes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HAND_BACK is SNOOZE with the attempt's entry: the same row but for that entry. Only
+    the worker hands back (within UNKNOWN_KIND_GRACE; the inline runner has no grace)."""
+    monkeypatch.setattr(attempts, "Executor", functools.partial(Executor, unknown_kind_grace=3600))
+    assert transitions.HAND_BACK.sets == transitions.SNOOZE.sets
+    handed = JobFactory(queue=attempts.QUEUE, kind="catalogue_nobody", max_attempts=3).id
+    _, handed_events = attempts.run_attempt("worker", handed)
+    snoozed = attempts.enqueue("snooze", seconds=5.0)
+    _, snoozed_events = attempts.run_attempt("worker", snoozed)
+    assert _names(handed_events) == _names(snoozed_events) == ["Started"]
+    handed_row, snoozed_row = _outcome_row(handed), _outcome_row(snoozed)
+    (entry,) = handed_row.pop("errors")
+    assert entry["type"] == "awa_django.exceptions.UnknownJobKind"
+    assert snoozed_row.pop("errors") == []
+    for row in (handed_row, snoozed_row):
+        del row["kind"], row["args"], row["metadata"], row["django_task"], row["tags"]
+    assert handed_row == snoozed_row
+    assert (snoozed_row["state"], snoozed_row["attempt"], snoozed_row["finalized_at"]) == (
+        "scheduled",
+        0,
+        False,
+    )
+
+
+def _cancel_by_attempt(job: Job) -> object:
+    query = jobs_sql.job_set_state_if_running(
+        id=job.pk, run_lease=job.run_lease, move=transitions.CANCEL
+    )
+    return query.run("default")
+
+
+def test_a_running_job_cancelled_by_its_attempt_or_an_operator_leaves_the_same_row() -> None:
+    """T19 from `running`: the handler's Cancel (by id + run_lease) and an operator's cancel
+    (by ids, by a bulk window) leave the same row, the callback and any unread resume
+    payload consumed."""
+    selectors = {**CANCEL_SELECTORS, "attempt": _cancel_by_attempt}
+    rows = {}
+    for selector, cancel in selectors.items():
+        job = _job("running", **_callback_pending())
+        cancel(job)
+        assert not ActiveLease.objects.filter(job_id=job.pk).exists(), selector
+        rows[selector] = _row(job.pk)
+    assert rows["attempt"] == rows["ids"] == rows["bulk_window"]
+    row = rows["attempt"]
+    assert (row["state"], row["finalized_at"], row["callback_id"]) == ("cancelled", True, False)
+    assert (row["callback_timeout_at"], row["callback_result"]) == (False, None)
+
+
+def test_a_retried_dead_letter_is_the_row_an_operator_retry_leaves() -> None:
+    """T26 and T21 reset the same columns (DEAD_LETTER_RETRY is RETRY; the operator's adds
+    the priority restore, a no-op on a job never aged): the rows are equal, but for the
+    progress, which a dead letter's retry does not carry back."""
+    fields: dict[str, Any] = {"finalized_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)}
+    by_operator, dead = _job("failed", **fields), _job("failed", **fields)
+    Job.objects.filter(id=dead.pk).update(queue="catalogue_dead")
+    client = awa_django.Client()
+    assert client.dead_letter_failed(queue="catalogue_dead") == 1
+    Job.objects.filter(id=by_operator.pk).update(queue="catalogue_dead")
+    client.retry_many([by_operator.pk])
+    revived = client.retry_dead_letter(dead.pk)
+    assert revived.id == dead.pk and not DeadLetter.objects.filter(id=dead.pk).exists()
+    operated, retried = _row(by_operator.pk), _row(dead.pk)
+    assert operated.pop("progress") == {"percent": 50} and retried.pop("progress") is None
+    assert operated == retried
+    assert (retried["state"], retried["attempt"], retried["run_lease"]) == ("available", 0, 7)
+    assert retried["errors"][0]["error"] == "earlier" and retried["finalized_at"] is False
 
 
 # -- the same follow-ups through every selector -------------------------------------------

@@ -14,6 +14,8 @@ from awa_django.execution import attempt
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import plan_failure
 from awa_django.storage.query import Query
+from awa_django.storage.sql import jobs as jobs_sql
+from awa_django.storage.sql.transitions import FAIL, RETRY_LATER
 from tests.unit.test_outcomes import make_row
 
 
@@ -24,10 +26,17 @@ def test_a_refused_outcome_is_followed_by_a_bare_failure_without_progress() -> N
 
     retry = next(steps)
     assert isinstance(retry, Query)
-    assert retry.params["state"] == "retryable" and retry.params["progress"] == '{"step":3}'
+    assert (
+        retry.statement
+        == jobs_sql.job_set_state_if_running(
+            id=row.id, run_lease=row.run_lease, move=RETRY_LATER
+        ).statement
+    )
+    assert retry.params["progress"] == '{"step":3}'
     bare = steps.throw(OutcomeNotStored("value too long"))
     assert isinstance(bare, Query)
-    assert bare.params["state"] == "failed" and bare.params["terminal"] is True
+    failing = jobs_sql.job_set_state_if_running(id=row.id, run_lease=row.run_lease, move=FAIL)
+    assert bare.statement == failing.statement and bare.params["terminal"] is True
     assert bare.params["progress"] is None
     with pytest.raises(OutcomeNotStored, match="still refused"):
         steps.throw(OutcomeNotStored("still refused"))

@@ -26,7 +26,7 @@ from awa_django.execution.outcomes import (
 )
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import JobSnapshot
-from awa_django.states import JobState, RunAtMode
+from awa_django.storage.sql import transitions
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
@@ -78,10 +78,8 @@ def test_plain_return_values_complete_through_the_completer(result: Any) -> None
 
 def test_retry_after_is_retryable_with_a_delay_and_no_error() -> None:
     t = plan(make_row(attempt=1, max_attempts=3), result=RetryAfter(7.5))
-    assert t == Transition(
-        JobState.RETRYABLE, Retried, run_at_mode=RunAtMode.DELAY, delay_seconds=7.5
-    )
-    assert t.error is None and t.finalize
+    assert t == Transition(transitions.RETRY_AFTER, delay_seconds=7.5)
+    assert (t.state, t.event, t.error) == ("retryable", Retried, None)
 
 
 def test_retry_after_on_the_last_attempt_exhausts_with_the_catalogue_message() -> None:
@@ -94,14 +92,8 @@ def test_retry_after_on_the_last_attempt_exhausts_with_the_catalogue_message() -
 
 def test_snooze_refunds_the_attempt_and_keeps_finalized_at() -> None:
     t = plan(make_row(), result=Snooze(30))
-    assert t == Transition(
-        JobState.SCHEDULED,
-        None,
-        run_at_mode=RunAtMode.DELAY,
-        delay_seconds=30,
-        attempt_refund=1,
-        finalize=False,
-    )
+    assert t == Transition(transitions.SNOOZE, delay_seconds=30)
+    assert (t.state, t.event) == ("scheduled", None)
 
 
 def test_snooze_on_the_last_attempt_does_not_exhaust() -> None:
@@ -126,13 +118,13 @@ def test_wait_for_callback_parks_with_the_token_as_guard() -> None:
     t = plan(make_row(), result=WaitForCallback(token))
     assert t is not None
     assert (t.state, t.event, t.callback_id) == ("waiting_external", WaitingForCallback, token.id)
-    assert not t.finalize and t.error is None
+    assert t.move is transitions.PARK and t.error is None
 
 
 def test_an_exception_is_retryable_with_backoff() -> None:
     t = plan_failure(make_row(attempt=1, max_attempts=3), raised(CoreUnitBoom("boom")))
     assert t is not None
-    assert (t.state, t.event, t.run_at_mode, t.terminal) == ("retryable", Retried, "backoff", False)
+    assert (t.move, t.event, t.terminal) == (transitions.RETRY_LATER, Retried, False)
     assert t.error is not None and t.error.startswith(f"{__name__}.CoreUnitBoom: boom\n")
 
 
@@ -205,7 +197,7 @@ def test_delays_are_clamped_to_zero_and_ten_years() -> None:
 def test_a_malformed_outcome_fails_the_attempt_instead_of_raising(result: Any) -> None:
     t = plan(make_row(attempt=1, max_attempts=3), result)
     assert t is not None
-    assert (t.state, t.event, t.run_at_mode) == ("retryable", Retried, "backoff")
+    assert (t.move, t.event) == (transitions.RETRY_LATER, Retried)
     assert t.error is not None and t.error.split(":")[0] in ("TypeError", "ValueError")
     last = plan(make_row(attempt=3, max_attempts=3), result)
     assert last is not None and last.state == "failed"
@@ -323,14 +315,7 @@ def test_describe_keeps_a_short_traceback_whole() -> None:
 # -- params and events --------------------------------------------------------------------
 def test_snooze_plans_every_column_it_changes() -> None:
     t = plan(make_row(id=5, run_lease=9), result=Snooze(2))
-    assert t == Transition(
-        JobState.SCHEDULED,
-        None,
-        run_at_mode=RunAtMode.DELAY,
-        delay_seconds=2,
-        attempt_refund=1,
-        finalize=False,
-    )
+    assert t == Transition(transitions.SNOOZE, delay_seconds=2)
 
 
 def test_event_for_retried_carries_attempt_error_and_next_run_at() -> None:
@@ -353,8 +338,8 @@ def test_event_for_exhausted_and_cancelled() -> None:
 # -- a kind without a handler (rolling deploys, decision 011) ------------------------------
 def test_an_unknown_kind_is_handed_back_uncounted_with_one_entry() -> None:
     t = plan_unknown_kind(make_row(kind="core_new"), UnknownJobKind("unknown job kind"), 3600)
-    assert (t.state, t.event, t.attempt_refund, t.finalize) == ("scheduled", None, 1, False)
-    assert (t.run_at_mode, t.delay_seconds) == ("delay", outcomes.HANDBACK_SECONDS)
+    assert (t.move, t.state, t.event) == (transitions.HAND_BACK, "scheduled", None)
+    assert t.delay_seconds == outcomes.HANDBACK_SECONDS
     assert t.error == "no handler for kind 'core_new' in this worker: handed back"
     assert t.error_type == "awa_django.exceptions.UnknownJobKind" and not t.terminal
 
@@ -367,7 +352,7 @@ def handed_back(at: dt.datetime, **changes: Any) -> JobSnapshot:
 def test_later_hand_backs_add_no_entry_until_the_grace_ran_out() -> None:
     row = handed_back(NOW - dt.timedelta(seconds=3599), attempted_at=NOW)
     again = plan_unknown_kind(row, UnknownJobKind("unknown job kind: x"), 3600)
-    assert (again.state, again.error, again.attempt_refund) == ("scheduled", None, 1)
+    assert (again.move, again.error) == (transitions.HAND_BACK, None)
     assert outcomes.handed_back_since(row) == NOW - dt.timedelta(seconds=3599)
 
 
@@ -405,7 +390,7 @@ def _handed_back_at(at: dt.datetime) -> dict[str, Any]:
 
 def test_a_kind_without_handler_is_handed_back_for_a_few_seconds_uncounted() -> None:
     t = outcomes.plan_unknown_kind(make_row(), UnknownJobKind("unknown job kind: x"), 3600)
-    assert (t.state, t.attempt_refund, t.delay_seconds) == ("scheduled", 1, 5.0)
+    assert (t.move, t.delay_seconds) == (transitions.HAND_BACK, 5.0)
     assert t.error is not None and t.error_type == _UNKNOWN and not t.terminal
 
 

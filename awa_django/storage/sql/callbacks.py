@@ -92,7 +92,6 @@ WITH failed AS (
     {
         update(
             FAIL,
-            *CALLBACK_CLEARED,
             ("errors", _FAILED_ENTRY),
             where=f"{_PENDING} AND NOT {_DEAD}",
             returning=JOB_COLUMNS,

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from awa_django.channels import channel_sql
 from awa_django.snapshot import COLUMNS, JSON_COLUMNS, JobSnapshot
 from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
-from awa_django.storage.sql.fragments import ATTEMPT_ERRORS, JOB_COLUMNS, UNIQUE_ARBITER
-from awa_django.storage.sql.transitions import released
+from awa_django.storage.sql.fragments import (
+    ATTEMPT_ERRORS,
+    ATTEMPT_PROGRESS,
+    JOB_COLUMNS,
+    UNIQUE_ARBITER,
+    attempt_owned,
+)
+from awa_django.storage.sql.transitions import DEAD_LETTER_RETRY, FAIL
 
 # The columns a dead letter copies from its job row, in both tables' names.
 _COPIED = (
@@ -66,13 +71,13 @@ JOB_DEAD_LETTER_IF_RUNNING = Statement(
     f"""
 WITH moved AS (
     DELETE FROM awa_jobs_hot
-    WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+    WHERE {attempt_owned()}
     RETURNING *
-), {released("moved", attempt=True)}, entered AS ({
+), {FAIL.released("moved", attempt=True)}, entered AS ({
         enter(
             "moved",
             errors=ATTEMPT_ERRORS,
-            progress="coalesce(%(progress)s::jsonb, progress)",
+            progress=ATTEMPT_PROGRESS,
             reason="%(reason)s::text",
         )
     }
@@ -110,33 +115,37 @@ def job_dead_letter_if_running(
 # parent reopens its edges: its children count it pending again and those its failure
 # cancelled wait again (awa_workflow_parent_reopened, migration 0013).
 _HAS_DEPENDENTS = (
-    "(EXISTS (SELECT 1 FROM awa_job_dependencies d WHERE d.parent_id = picked.id)"
-    " OR EXISTS (SELECT 1 FROM awa_batch_members m WHERE m.job_id = picked.id))"
+    "(EXISTS (SELECT 1 FROM awa_job_dependencies d WHERE d.parent_id = j.id)"
+    " OR EXISTS (SELECT 1 FROM awa_batch_members m WHERE m.job_id = j.id))"
 )
-_HAS_PARENTS = "EXISTS (SELECT 1 FROM awa_job_waits w WHERE w.job_id = picked.id)"
+_HAS_PARENTS = "EXISTS (SELECT 1 FROM awa_job_waits w WHERE w.job_id = j.id)"
 
 # Params: ids int8[] (sorted), queue (text or NULL: keep), priority (int2 or NULL: keep).
-# T26 with our guard kept: each dead letter goes back into awa_jobs_hot under its id as
-# `available` now, attempt 0, callback and progress cleared, errors and run_lease kept
-# (a reset run_lease would let an attempt of the job's earlier life pass a later guard).
+# T26 (transitions.DEAD_LETTER_RETRY) with our guard kept: each dead letter goes back into
+# awa_jobs_hot under its id, its columns reset as a retry resets them (`available` now,
+# attempt 0, callback cleared) and the verb's queue and priority, the others copied as a
+# dead letter copied them (progress is not: a retried job starts without it); errors and
+# run_lease kept (a reset run_lease would let
+# an attempt of the job's earlier life pass a later guard).
 # A row whose unique key a live job holds is not inserted (the arbiter's DO NOTHING) and
 # stays a dead letter; only inserted rows are deleted. Index: primary keys, and
 # awa_jobs_unique_idx as the arbiter. Returns the new job rows; wakes their queues.
+_REVIVED_COLUMNS, _REVIVED_VALUES = DEAD_LETTER_RETRY.inserted(
+    (*_COPIED.split(", "), "errors"),
+    ("queue", "coalesce(%(queue)s::text, j.queue)"),
+    ("priority", "coalesce(%(priority)s::int2, j.priority)"),
+    ("has_dependents", _HAS_DEPENDENTS),
+    ("has_parents", _HAS_PARENTS),
+)
 DEAD_LETTER_RETRY_MANY = Statement(
     "dead_letter_retry_many",
     f"""
 WITH picked AS (
     SELECT * FROM awa_dead_letters WHERE id = ANY(%(ids)s::int8[]) ORDER BY id FOR UPDATE
 ), inserted AS (
-    INSERT INTO awa_jobs_hot (id, kind, queue, args, state, priority, attempt, max_attempts,
-                              run_at, created_at, attempted_at, run_lease, errors,
-                              metadata, tags, attempted_by, django_task, unique_key,
-                              unique_states, has_dependents, has_parents)
-    SELECT id, kind, coalesce(%(queue)s::text, queue), args, 'available',
-           coalesce(%(priority)s::int2, priority), 0, max_attempts, now(), created_at,
-           attempted_at, run_lease, errors, metadata, tags, attempted_by, django_task,
-           unique_key, unique_states, {_HAS_DEPENDENTS}, {_HAS_PARENTS}
-    FROM picked ORDER BY id
+    INSERT INTO awa_jobs_hot ({_REVIVED_COLUMNS})
+    SELECT {_REVIVED_VALUES}
+    FROM picked j ORDER BY j.id
     ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
     RETURNING {JOB_COLUMNS}, has_dependents
 ), removed AS (
@@ -145,7 +154,7 @@ WITH picked AS (
     SELECT count(awa_workflow_parent_reopened(i.id)) AS parents
     FROM inserted i WHERE i.has_dependents
 )
-SELECT i.*, pg_notify({channel_sql("queue")}, '')::text
+SELECT i.*, {DEAD_LETTER_RETRY.notify_row()}
 FROM inserted i CROSS JOIN reopened ORDER BY i.id
 """,
 )

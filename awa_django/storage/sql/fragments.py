@@ -103,9 +103,23 @@ def append_error(errors: str, entry: str) -> str:
     ) || {entry} END"""
 
 
+def attempt_owned(alias: str = "") -> str:
+    """The guard of every write by the attempt that ran the job (params id, run_lease): the
+    job still runs under that attempt's run_lease; otherwise the write is stale (rescued,
+    cancelled, resolved or claimed again meanwhile) and matches no row."""
+    column = f"{alias}." if alias else ""
+    return (
+        f"{column}id = %(id)s AND {column}state = 'running' AND {column}run_lease = %(run_lease)s"
+    )
+
+
+# The progress an attempt's outcome leaves: its latest snapshot (param progress, json text)
+# or, without one, the stored progress.
+ATTEMPT_PROGRESS = "coalesce(%(progress)s::jsonb, progress)"
+
 # The `errors` an attempt's outcome leaves: its entry appended when it has an error (params
-# error text or NULL, error_type, terminal), as job_set_state_if_running and its
-# dead-letter twin (dead_letters.job_dead_letter_if_running) write it.
+# error text or NULL, error_type, terminal), as job_set_state_if_running (every
+# move) and its dead-letter twin (dead_letters.job_dead_letter_if_running) write it.
 ATTEMPT_ERRORS = f"""CASE WHEN %(error)s::text IS NULL THEN errors
             ELSE {
     append_error(

@@ -18,15 +18,16 @@ from awa_django.storage.sql import Statement
 from awa_django.storage.sql.arrays import int_array, text_array, timestamptz_array
 from awa_django.storage.sql.fragments import (
     ATTEMPT_ERRORS,
+    ATTEMPT_PROGRESS,
     EPOCH_SPACE,
     J_JOB_COLUMNS,
     JOB_COLUMNS,
     LEASE_EPOCH_SETTING,
     NOTIFY_ONCE,
     UNIQUE_ARBITER,
-    backoff,
+    attempt_owned,
 )
-from awa_django.storage.sql.transitions import COMPLETE, released, update
+from awa_django.storage.sql.transitions import ATTEMPT_MOVES, COMPLETE, Move, update
 
 # (priority, run_at, id): the order in which jobs of one queue are claimed.
 DispatchKey = tuple[int, dt.datetime, int]
@@ -501,49 +502,45 @@ def job_complete_one(*, id: int, run_lease: int, result: str | None) -> Query[Jo
     return Query(JOB_COMPLETE_ONE, params, query.first_job)
 
 
-# One guarded statement for every non-batched attempt outcome (retry, RetryAfter, snooze,
-# cancel, fail, park). Params: id, run_lease, state (target), run_at_mode ('keep' |
-# 'delay' | 'backoff'), delay_seconds, attempt_refund (1 for Snooze, else 0),
-# finalize (bool: set finalized_at), error (text or NULL), error_type (the exception class
-# path or NULL), terminal (bool), progress (json text or NULL: the attempt's latest
-# snapshot), callback_id (park only: the token the handler returned must still be the
-# job's current callback). Zero rows = stale outcome (rescued, cancelled or re-claimed).
-JOB_SET_STATE_IF_RUNNING = Statement(
-    "job_set_state_if_running",
-    f"""
+# The worker's individual outcomes (transitions.ATTEMPT_MOVES: retry, RetryAfter, snooze,
+# hand-back, cancel, fail, park), each by (id, run_lease): `move` applied to the attempt
+# that still owns the job, with the attempt's error entry and latest progress, its own
+# lease released. One text per move (built when first used, then prepared per connection
+# like any other): each sets only its own columns, where one text with the target state
+# as a parameter needed a CASE per column and an OR on the park's token.
+# Params: id, run_lease, error (text or NULL), error_type (the exception class path or
+# NULL), terminal (bool), progress (json text or NULL: keep the stored one); delay_seconds
+# for RetryAfter and snooze; callback_id for a park (transitions.PARK.requires).
+# Index: primary key. Zero rows = stale outcome (rescued, cancelled or re-claimed).
+def _set_state_sql(move: Move) -> str:
+    moved = update(
+        move,
+        ("errors", ATTEMPT_ERRORS),
+        ("progress", ATTEMPT_PROGRESS),
+        where=attempt_owned("j") + move.required("j"),
+        returning=J_JOB_COLUMNS,
+    )
+    return f"""
 WITH moved AS (
-    UPDATE awa_jobs_hot
-    SET state = %(state)s::text,
-        run_at = CASE %(run_at_mode)s::text
-            WHEN 'delay' THEN now() + make_interval(secs => greatest(%(delay_seconds)s::float8, 0))
-            WHEN 'backoff' THEN now() + make_interval(secs => {backoff("attempt")})
-            ELSE run_at END,
-        attempt = attempt - %(attempt_refund)s::int2,
-        finalized_at = CASE WHEN %(finalize)s::bool THEN now() ELSE finalized_at END,
-        errors = {ATTEMPT_ERRORS},
-        progress = CASE WHEN %(progress)s::text IS NULL THEN progress
-                        ELSE %(progress)s::jsonb END,
-        callback_id = CASE WHEN %(state)s::text = 'waiting_external' THEN callback_id END,
-        callback_timeout_at = CASE WHEN %(state)s::text = 'waiting_external'
-                                   THEN callback_timeout_at END
-    WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
-      AND (%(callback_id)s::uuid IS NULL OR callback_id = %(callback_id)s::uuid)
-    RETURNING {JOB_COLUMNS}
-), {released("moved", attempt=True)}
+    {moved}
+), {move.released("moved", attempt=True)}
 SELECT * FROM moved
-""",
-)
+"""
+
+
+@functools.cache
+def _set_state_statement(move: Move) -> Statement:
+    if move not in ATTEMPT_MOVES:
+        raise ValueError(f"{move.name} is not the outcome of an attempt")
+    return Statement("job_set_state_if_running", _set_state_sql(move))
 
 
 def job_set_state_if_running(
     *,
     id: int,
     run_lease: int,
-    state: str,
-    run_at_mode: str = "keep",
+    move: Move,
     delay_seconds: float | None = None,
-    attempt_refund: int = 0,
-    finalize: bool = True,
     error: str | None = None,
     error_type: str | None = None,
     terminal: bool = False,
@@ -554,26 +551,22 @@ def job_set_state_if_running(
     params = {
         "id": id,
         "run_lease": run_lease,
-        "state": state,
-        "run_at_mode": run_at_mode,
         "delay_seconds": delay_seconds,
-        "attempt_refund": attempt_refund,
-        "finalize": finalize,
         "error": error,
         "error_type": error_type,
         "terminal": terminal,
         "progress": progress,
         "callback_id": callback_id,
     }
-    return Query(JOB_SET_STATE_IF_RUNNING, params, query.first_job)
+    return Query(_set_state_statement(move), params, query.first_job)
 
 
 # Params: id, run_lease, progress (json text). Guarded like every attempt write.
 JOB_PROGRESS_FLUSH = Statement(
     "job_progress_flush",
-    """
+    f"""
 UPDATE awa_jobs_hot SET progress = %(progress)s::jsonb
-WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+WHERE {attempt_owned()}
 """,
     returns_rows=False,
 )
@@ -597,11 +590,11 @@ def job_get(*, id: int) -> Query[JobSnapshot | None]:
 # Re-registering replaces the token, so an older token can no longer resolve the job.
 JOB_REGISTER_CALLBACK = Statement(
     "job_register_callback",
-    """
+    f"""
 UPDATE awa_jobs_hot
 SET callback_id = %(callback_id)s::uuid,
     callback_timeout_at = now() + make_interval(secs => %(timeout_seconds)s::float8)
-WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+WHERE {attempt_owned()}
 RETURNING callback_id, callback_timeout_at
 """,
 )
@@ -628,10 +621,10 @@ def _token(rows: query.Rows, count: int) -> tuple[uuid.UUID, dt.datetime] | None
 # its slot and its lease; the lease's deadline is lifted because waiting is not running.
 JOB_ENTER_WAIT = Statement(
     "job_enter_wait",
-    """
+    f"""
 WITH waiting AS (
     UPDATE awa_jobs_hot SET state = 'waiting_external'
-    WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+    WHERE {attempt_owned()}
       AND callback_id = %(callback_id)s::uuid
     RETURNING id, run_lease
 ), lifted AS (
@@ -674,10 +667,10 @@ def _wait_state(rows: query.Rows, count: int) -> tuple[str, int, bool] | None:
 # (clearing it) once the job runs again under this attempt; returns it as JSON text.
 JOB_TAKE_CALLBACK_RESULT = Statement(
     "job_take_callback_result",
-    """
+    f"""
 WITH current AS (
     SELECT id, callback_result AS payload FROM awa_jobs_hot
-    WHERE id = %(id)s AND state = 'running' AND run_lease = %(run_lease)s
+    WHERE {attempt_owned()}
       AND callback_result IS NOT NULL
     FOR UPDATE
 )

@@ -18,13 +18,13 @@ from awa_django.storage.sql.fragments import (
     notify_cancel,
 )
 from awa_django.storage.sql.transitions import (
-    CALLBACK_CLEARED,
     FAIL,
     PROMOTE,
     RETRY_LATER,
     chosen,
     dead_lettered_sql,
     exhausted_sql,
+    released,
     update,
 )
 
@@ -71,14 +71,13 @@ def _promoted(rows: query.Rows, count: int) -> int:
 # What every rescue does to the job it takes back: an attempt that was the job's last one
 # ends `failed` (transitions.FAIL: attempts are a hard bound, decision 009); any other
 # retries with backoff (transitions.RETRY_LATER, decision 002). The callback and any
-# unread resume payload go with the attempt.
+# unread resume payload go with the attempt (both moves consume it).
 _EXHAUSTED = exhausted_sql("j")
 _RESCUE_ENTRY = error_entry("%(message)s::text", "j.attempt", terminal=_EXHAUSTED)
 _RESCUE_SET = chosen(
     _EXHAUSTED,
     FAIL,
     RETRY_LATER,
-    *CALLBACK_CLEARED,
     ("errors", append_error("j.errors", _RESCUE_ENTRY)),
 )
 
@@ -96,7 +95,8 @@ def _rescue_moves(candidates: str, guard: str, reason: str, *, attempt: bool) ->
     filed as dead letters with `reason`), and `released` (their leases: only the rescued
     attempt's when `attempt`)."""
     errors = append_error("errors", error_entry("%(message)s::text", "attempt", terminal="true"))
-    columns, own = ("id, run_lease", " AND l.run_lease = r.run_lease") if attempt else ("id", "")
+    columns = "id, run_lease" if attempt else "id"
+    moved = f"(SELECT {columns} FROM rescued UNION ALL SELECT {columns} FROM dead)"
     return f"""rescued AS (
     UPDATE awa_jobs_hot j
     SET {_RESCUE_SET}
@@ -108,11 +108,7 @@ def _rescue_moves(candidates: str, guard: str, reason: str, *, attempt: bool) ->
     WHERE j.id = c.id AND {guard} AND {_DEAD}
     RETURNING j.*
 ), entered AS ({dead_letters.enter("dead", errors=errors, progress="progress", reason=reason)}
-), released AS (
-    DELETE FROM awa_active_leases l
-    USING (SELECT {columns} FROM rescued UNION ALL SELECT {columns} FROM dead) r
-    WHERE l.job_id = r.id{own}
-)"""
+), {released(moved, "r", attempt=attempt)}"""
 
 
 # Stale-heartbeat and deadline rescue share one shape. Params: limit, message,
@@ -173,13 +169,30 @@ def job_rescue_stale_heartbeat(
     dead_letter_queues: Sequence[str] = (),
 ) -> Query[list[JobSnapshot]]:
     """The rescued rows; a `failed` one of a `dead_letter_queues` queue was dead-lettered."""
+    return _rescued(
+        JOB_RESCUE_STALE_HEARTBEAT,
+        limit,
+        message,
+        dead_letter_queues,
+        staleness_seconds=staleness_seconds,
+    )
+
+
+def _rescued(
+    statement: Statement,
+    limit: int,
+    message: str,
+    dead_letter_queues: Sequence[str],
+    **more: float,
+) -> Query[list[JobSnapshot]]:
+    """The query of a rescue `statement`, with the parameters every rescue takes."""
     params = {
         "limit": limit,
-        "staleness_seconds": staleness_seconds,
         "message": message,
         "dead_letter_queues": list(dead_letter_queues),
+        **more,
     }
-    return Query(JOB_RESCUE_STALE_HEARTBEAT, params, query.jobs)
+    return Query(statement, params, query.jobs)
 
 
 JOB_RESCUE_DEADLINE = Statement(
@@ -191,8 +204,7 @@ def job_rescue_deadline(
     *, limit: int, message: str, dead_letter_queues: Sequence[str] = ()
 ) -> Query[list[JobSnapshot]]:
     """As job_rescue_stale_heartbeat."""
-    params = {"limit": limit, "message": message, "dead_letter_queues": list(dead_letter_queues)}
-    return Query(JOB_RESCUE_DEADLINE, params, query.jobs)
+    return _rescued(JOB_RESCUE_DEADLINE, limit, message, dead_letter_queues)
 
 
 # Params: limit, message, dead_letter_queues. Index: awa_jobs_cb_timeout_idx
@@ -222,8 +234,7 @@ def job_rescue_expired_callback(
     *, limit: int, message: str, dead_letter_queues: Sequence[str] = ()
 ) -> Query[list[JobSnapshot]]:
     """As job_rescue_stale_heartbeat."""
-    params = {"limit": limit, "message": message, "dead_letter_queues": list(dead_letter_queues)}
-    return Query(JOB_RESCUE_EXPIRED_CALLBACK, params, query.jobs)
+    return _rescued(JOB_RESCUE_EXPIRED_CALLBACK, limit, message, dead_letter_queues)
 
 
 # Params: completed_seconds, failed_seconds, limit. Index: awa_jobs_finalized_idx

@@ -3,18 +3,25 @@
 A `Move` is one transition as data: the states it may start from (its guard), the columns
 it sets and resets, whether it ends the job's lease, what it NOTIFYs, and the event it
 announces. Statements do not spell a transition out: they render it here (`assignments`,
-`guard`, `released`, `notify_row`, `update`) and add only their selector, the rows it
-applies to (one attempt by id + run_lease, a list of ids, a bulk window, a callback id, a
-rescue set). So adding a column that a retry resets is one edit, in `RETRY`.
+`guard`, `required`, `released`, `notify_row`, `update`, `chosen`, `inserted`) and add
+only their selector, the rows it applies to (one attempt by id + run_lease, a list of
+ids, a bulk window, a callback id, a rescue set, a dead letter). So adding a column that
+a retry resets is one edit, in `RETRY`.
+
+`execution/outcomes.py` chooses the move of a worker's outcome (`ATTEMPT_MOVES`, each
+rendered by jobs.job_set_state_if_running); a rescue chooses per row between `FAIL` and
+`RETRY_LATER` in SQL (`chosen`). Whether an attempt is exhausted and whether its job goes
+to the dead letters are decided by the two rules at the end of this module, written once
+in each language.
 
 Which lease row goes is the selector's: a guarded attempt write (id + run_lease) deletes
 only its own attempt's lease, which a later attempt cannot have taken; a verb from outside
 the attempt (an operator, a callback) deletes whatever lease the job has, so a heartbeat of
 the attempt learns it lost.
 
-What stays hand-written, and why, is in decision 041: the claim, and the one guarded
-statement of the worker's individual outcomes (job_set_state_if_running), whose target
-state is a parameter.
+What stays hand-written, and why, is in decision 041: the claim (a transition of its own,
+tuned on the hot path), a sequential wait (`job_enter_wait`: it keeps its lease and slot)
+and the moves into the dead letters (a DELETE ... INSERT, `dead_letters.enter`).
 """
 
 from __future__ import annotations
@@ -25,8 +32,15 @@ from dataclasses import dataclass, replace
 
 from awa_django.bulk import ACTION_STATES, BulkAction
 from awa_django.channels import channel_sql
-from awa_django.events import Cancelled, Completed, Event, Exhausted, Retried
-from awa_django.states import JobState
+from awa_django.events import (
+    Cancelled,
+    Completed,
+    Event,
+    Exhausted,
+    Retried,
+    WaitingForCallback,
+)
+from awa_django.states import JobState, RunAtMode
 from awa_django.storage.sql.fragments import backoff, notify_cancel
 
 
@@ -66,6 +80,9 @@ class Move:
     notify: Notify
     event: type[Event] | None  # what a committed move announces (None: nothing)
     inputs: tuple[str, ...] = ()
+    # (column, SQL expression) pairs the row must also match, beside its state: a park's
+    # callback token must still be the job's current one.
+    requires: tuple[tuple[str, str], ...] = ()
 
     def variant(
         self,
@@ -74,11 +91,12 @@ class Move:
         sources: tuple[JobState, ...] | None = None,
         announced: bool = True,
     ) -> Move:
-        """This move with more columns set, other sources, or announcing nothing."""
+        """This move with more columns set (a column it sets already takes the new value,
+        in its place), other sources, or announcing nothing."""
         return replace(
             self,
             name=name,
-            sets=self.sets + sets,
+            sets=tuple({**dict(self.sets), **dict(sets)}.items()),
             sources=self.sources if sources is None else sources,
             event=self.event if announced else None,
         )
@@ -90,9 +108,18 @@ class Move:
         unknown = set(inputs) - set(self.inputs)
         if unknown:
             raise ValueError(f"{self.name} takes no input {sorted(unknown)}")
-        columns = dict([("state", f"'{self.state}'"), *self.sets, *extra])
+        columns = _columns(self, *extra)
         columns.update((name, inputs[name]) for name in self.inputs if name in inputs)
         return _wrapped([f"{column} = {value}" for column, value in columns.items()], indent)
+
+    def inserted(self, copied: Collection[str], *extra: tuple[str, str]) -> tuple[str, str]:
+        """An INSERT's column list and its SELECT list for a job row rebuilt from another
+        table's row aliased `j` (a dead letter): this move's columns as `assignments` sets
+        them, the `copied` columns as they are (a move's column is not copied)."""
+        columns = _columns(self, *extra)
+        columns = {name: f"j.{name}" for name in copied if name not in columns} | columns
+        names = _wrapped(list(columns), "        ", start=len("    INSERT INTO awa_jobs_hot ("))
+        return names, _wrapped(list(columns.values()), "        ", start=len("    SELECT "))
 
     def guard(self, alias: str = "", *, indexable: bool = True) -> str:
         """The states the move starts from, as a condition on `alias`.state; not
@@ -105,6 +132,10 @@ class Move:
         if len(self.sources) == 1:
             return f"{column} = '{self.sources[0]}'"
         return f"{column} IN ({_listed(self.sources)})"
+
+    def required(self, alias: str = "j") -> str:
+        """`requires` as conditions to AND onto a selector's WHERE ("" when none)."""
+        return "".join(f" AND {alias}.{column} = {value}" for column, value in self.requires)
 
     def released(self, moved: str, alias: str = "m", *, attempt: bool = False) -> str:
         """The CTE `released` that deletes the lease of each row of the CTE `moved`: only
@@ -127,8 +158,8 @@ class Move:
 
 
 def released(moved: str, alias: str = "m", *, attempt: bool = False) -> str:
-    """Move.released, for a statement whose target state is a parameter (the worker's
-    individual outcome writes, each of which ends its attempt)."""
+    """Move.released, for rows that several moves moved (a rescue's: FAIL, RETRY_LATER or
+    into the dead letters, each of which ends the attempt)."""
     own = f" AND l.run_lease = {alias}.run_lease" if attempt else ""
     return f"""released AS (
     DELETE FROM awa_active_leases l USING {moved} {alias}
@@ -162,7 +193,7 @@ def chosen(
     holds and `otherwise` to the others: a column both set alike is set once, one they set
     differently (or only one sets) becomes a CASE, the other keeping the row's value.
     `extra` (a selector's own columns) apply to every row."""
-    first, second = dict(_columns(then)), dict(_columns(otherwise))
+    first, second = _columns(then), _columns(otherwise)
     lines = []
     for column in dict.fromkeys([*first, *second]):
         yes, no = first.get(column, f"j.{column}"), second.get(column, f"j.{column}")
@@ -172,16 +203,17 @@ def chosen(
     return f",\n{indent}".join(lines)
 
 
-def _columns(move: Move) -> list[tuple[str, str]]:
-    return [("state", f"'{move.state}'"), *move.sets]
+def _columns(move: Move, *extra: tuple[str, str]) -> dict[str, str]:
+    """The columns `move` sets, then a selector's `extra` ones (the later value winning)."""
+    return dict([("state", f"'{move.state}'"), *move.sets, *extra])
 
 
 def _listed(states: tuple[JobState, ...]) -> str:
     return ", ".join(f"'{state}'" for state in states)
 
 
-def _wrapped(items: list[str], indent: str, width: int = 88) -> str:
-    text, column = "", len("    SET ")
+def _wrapped(items: list[str], indent: str, width: int = 88, start: int = len("    SET ")) -> str:
+    text, column = "", start
     for index, item in enumerate(items):
         piece = item if index == 0 else f", {item}"
         if index and column + len(piece) > width:
@@ -239,6 +271,11 @@ OPERATOR_RETRY = RETRY.variant(
     announced=False,
 )
 
+# T26, a dead letter retried (`retry_dead_letters`): the row goes back into awa_jobs_hot as
+# a retry leaves a job (dead_letters.py renders it as an INSERT, `inserted`: no state to
+# start from applies); no event.
+DEAD_LETTER_RETRY = RETRY.variant("dead-letter retry", sources=(), announced=False)
+
 
 # T12: a parked job runs again with the payload its handler reads (`callback_result`, an
 # input); the lease is refreshed or created by the statement (callbacks.py), not released.
@@ -253,34 +290,84 @@ RESUME = Move(
     inputs=("callback_result",),
 )
 
+# -- how an attempt ends: the worker's outcomes, the rescues, a callback's failure ---------
+# An attempt that ends other than by completing consumes its callback, as a resolution
+# does: a resume payload it never read must not reach the job's next attempt.
+
+
+def reschedule(mode: RunAtMode) -> tuple[str, str]:
+    """The `run_at` a move into a later attempt sets: after the handler's delay (param
+    delay_seconds, at least 0) or after the backoff of the attempt that ended."""
+    if mode is RunAtMode.DELAY:
+        later = "greatest(%(delay_seconds)s::float8, 0)"
+    elif mode is RunAtMode.BACKOFF:
+        later = backoff("j.attempt")
+    else:
+        raise ValueError(f"{mode} does not move run_at")
+    return ("run_at", f"now() + make_interval(secs => {later})")
+
+
+_ATTEMPT_ENDS = (JobState.RUNNING, JobState.WAITING_EXTERNAL)
+
 # A failed attempt that is retried later, after a backoff on the database clock (DESIGN
-# §5): what a rescue of a non-last attempt does (decision 002; the rescue announces
-# `Rescued` instead, decision 035). The worker's own retry is job_set_state_if_running
-# with state 'retryable' and run_at_mode 'backoff'.
+# §5): a handler's error on a non-last attempt, a rescue of one (decision 002; the rescue
+# announces `Rescued` instead, decision 035).
 RETRY_LATER = Move(
     "retry later",
     JobState.RETRYABLE,
-    (
-        ("finalized_at", "now()"),
-        ("run_at", f"now() + make_interval(secs => {backoff('j.attempt')})"),
-    ),
-    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    (("finalized_at", "now()"), reschedule(RunAtMode.BACKOFF), *CALLBACK_CLEARED),
+    _ATTEMPT_ENDS,
     True,
     Notify.NONE,
     Retried,
 )
+# RetryAfter on a non-last attempt: retried after the handler's own delay.
+RETRY_AFTER = RETRY_LATER.variant("retry after", reschedule(RunAtMode.DELAY))
 
 # T14 / a last attempt's failure or rescue: failed for good, errors kept (a statement adds
 # the entry that says why), progress kept (it shows how far the job got).
 FAIL = Move(
     "fail",
     JobState.FAILED,
-    (("finalized_at", "now()"),),
-    (JobState.RUNNING, JobState.WAITING_EXTERNAL),
+    (("finalized_at", "now()"), *CALLBACK_CLEARED),
+    _ATTEMPT_ENDS,
     True,
     Notify.NONE,
     Exhausted,
 )
+
+# Snooze: runs again after the handler's delay, the attempt not counted (refunded) and
+# not finalized: it did not fail.
+SNOOZE = Move(
+    "snooze",
+    JobState.SCHEDULED,
+    (reschedule(RunAtMode.DELAY), ("attempt", "j.attempt - 1"), *CALLBACK_CLEARED),
+    (JobState.RUNNING,),
+    True,
+    Notify.NONE,
+    None,
+)
+# A worker without the job's handler gives it back (decision 011): a snooze, whose first
+# occurrence leaves an error entry (the statement's input) saying when it started.
+HAND_BACK = SNOOZE.variant("hand back")
+
+# T11, WaitForCallback (park mode): the job waits for its callback, which stays; the
+# attempt's slot and lease are freed. The token the handler returned must still be the
+# job's current callback (param callback_id), else nothing moves.
+PARK = Move(
+    "park",
+    JobState.WAITING_EXTERNAL,
+    (),
+    (JobState.RUNNING,),
+    True,
+    Notify.NONE,
+    WaitingForCallback,
+    requires=(("callback_id", "%(callback_id)s::uuid"),),
+)
+
+# The moves that end a running attempt by its own outcome, but for a plain completion
+# (COMPLETE, batched): what jobs.job_set_state_if_running renders, one statement each.
+ATTEMPT_MOVES = (RETRY_LATER, RETRY_AFTER, FAIL, CANCEL, SNOOZE, HAND_BACK, PARK)
 
 # Due scheduled and retryable jobs become available (T05, T08): the queue is woken; the
 # enqueued priority comes back (decision 018 §6).
