@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from awa_django.client import inserts
 from awa_django.exceptions import BatchNotFound, InvalidDependency, ParentNotFound
@@ -18,6 +18,7 @@ from awa_django.execution.rows import (
     NO_OPTIONS,
     EnqueueKwargs,
     EnqueueOptions,
+    JobTemplate,
     plan_one,
     plan_rows,
 )
@@ -66,16 +67,31 @@ def enqueue_after(
     if template.unique is not None:
         raise InvalidDependency("a unique job cannot wait on parents (unique=False opts out)")
     template = dataclasses.replace(template, state=JobState.WAITING_PARENTS)
-    with transaction.atomic(using=using):
-        ended = workflows_sql.job_lock_parents(ids=parents).run(using)
-        missing = tuple(p for p in parents if p not in ended)
-        if missing:
-            raise ParentNotFound(
-                f"no job with id {missing[0]} (parents missing: {len(missing)})", ids=missing
-            )
-        row = inserts.insert_one(using, template, encoded, None)
-        workflows_sql.job_link_parents(child=row.id, parents=ended, policy=policy).run(using)
-        return jobs_sql.job_get(id=row.id).run(using) or row
+    if connections[using].in_atomic_block:
+        # No savepoint: a missing parent raises before anything is written.
+        return _linked(using, template, encoded, parents, policy)
+    with transaction.atomic(using=using):  # the lock, the row and its edges commit together
+        return _linked(using, template, encoded, parents, policy)
+
+
+def _linked(
+    using: str,
+    template: JobTemplate,
+    encoded: str,
+    parents: tuple[int, ...],
+    policy: ParentFailurePolicy,
+) -> JobSnapshot:
+    ended = workflows_sql.job_lock_parents(ids=parents).run(using)
+    missing = tuple(p for p in parents if p not in ended)
+    if missing:
+        raise ParentNotFound(
+            f"no job with id {missing[0]} (parents missing: {len(missing)})", ids=missing
+        )
+    row = inserts.insert_one(using, template, encoded, None)
+    state = workflows_sql.job_link_parents(child=row.id, parents=ended, policy=policy).run(using)
+    if state in (JobState.WAITING_PARENTS, None):
+        return row  # as inserted (discarded at once: the row is gone)
+    return jobs_sql.job_get(id=row.id).run(using) or row
 
 
 def chain(using: str, jobs: Sequence[Any], on_parent_failure: object) -> list[JobSnapshot]:

@@ -172,9 +172,11 @@ $$;
 -- `p_parents`, which the caller holds locked, each already ended as `p_ended` says (NULL:
 -- not yet). A parent already ended counts at once: completed ones are done, failed ones
 -- apply the policy now. The settle may promote, cancel or delete the child in this call.
+-- Returns the child's state after it (NULL: deleted), so the caller reads the row back
+-- only when it moved.
 CREATE OR REPLACE FUNCTION awa_workflow_link(
     p_child bigint, p_parents bigint[], p_ended text[], p_policy text
-) RETURNS void LANGUAGE plpgsql AS $$
+) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO awa_job_dependencies (parent_id, child_id, parent_state)
     SELECT parent, p_child, ended FROM unnest(p_parents, p_ended) AS x(parent, ended);
@@ -185,6 +187,7 @@ BEGIN
     FROM unnest(p_ended) AS ended;
     UPDATE awa_jobs_hot SET has_parents = true WHERE id = p_child;
     PERFORM awa_workflow_settle(ARRAY[p_child]);
+    RETURN (SELECT state FROM awa_jobs_hot WHERE id = p_child);
 END
 $$;
 

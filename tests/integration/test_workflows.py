@@ -133,6 +133,16 @@ def test_a_missing_parent_raises_and_writes_nothing() -> None:
     assert not Job.objects.get(id=a.id).has_dependents
 
 
+def test_a_missing_parent_leaves_the_callers_transaction_usable() -> None:
+    with transaction.atomic():
+        a = awa_django.enqueue(Step("a"))
+        with pytest.raises(ParentNotFound):
+            awa_django.enqueue(Step("child"), after=[a, 10**12])
+        assert not Job.objects.get(id=a.id).has_dependents  # nothing written
+        child = awa_django.enqueue(Step("child"), after=[a])
+    assert state(child.id) == "waiting_parents"
+
+
 @pytest.mark.parametrize(
     ("after", "policy"),
     [

@@ -21,7 +21,9 @@ from awa_django.storage.sql import Statement
 # commit (its trigger then sees them), or the lock waits for the transition and reads the
 # state it left (the edge is then written already resolved). A parent among the dead
 # letters is locked there (against a concurrent dead-letter retry) and counts as failed.
-# Returns (id, ended state or NULL, dead-lettered) per parent found; a missing id is absent.
+# Nothing is written unless every parent was found (a missing one makes the caller raise
+# ParentNotFound without a savepoint to roll back to). Returns (id, ended state or NULL,
+# dead-lettered) per parent found; a missing id is absent.
 # Index: primary keys.
 JOB_LOCK_PARENTS = Statement(
     "job_lock_parents",
@@ -29,11 +31,13 @@ JOB_LOCK_PARENTS = Statement(
 WITH locked AS (
     SELECT id, state, has_dependents FROM awa_jobs_hot
     WHERE id = ANY(%(ids)s::int8[]) ORDER BY id FOR NO KEY UPDATE
+), dead AS (
+    SELECT id FROM awa_dead_letters WHERE id = ANY(%(ids)s::int8[]) ORDER BY id FOR SHARE
 ), flagged AS (
     UPDATE awa_jobs_hot j SET has_dependents = true
     FROM locked l WHERE j.id = l.id AND NOT l.has_dependents
-), dead AS (
-    SELECT id FROM awa_dead_letters WHERE id = ANY(%(ids)s::int8[]) ORDER BY id FOR SHARE
+      AND (SELECT count(*) FROM locked) + (SELECT count(*) FROM dead)
+          >= cardinality(%(ids)s::int8[])
 )
 SELECT id, CASE WHEN state IN ('completed', 'failed', 'cancelled') THEN state END, false
 FROM locked
@@ -55,7 +59,8 @@ def _ended(rows: query.Rows, count: int) -> dict[int, str | None]:
 # Params: child, parents int8[], ended text[] (same order), policy. The child row was just
 # inserted `waiting_parents`; awa_workflow_link (migration 0013) writes its edges and
 # counters and settles it at once (every parent completed: available; one failed: the
-# policy). Index: primary keys.
+# policy). Returns the child's state after that (NULL: deleted, `discard`). Index: primary
+# keys.
 JOB_LINK_PARENTS = Statement(
     "job_link_parents",
     """
@@ -66,14 +71,18 @@ SELECT awa_workflow_link(%(child)s, %(parents)s::int8[], %(ended)s::text[], %(po
 
 def job_link_parents(
     *, child: int, parents: dict[int, str | None], policy: str
-) -> Query[query.Rows]:
+) -> Query[str | None]:
     params = {
         "child": child,
         "parents": list(parents),
         "ended": list(parents.values()),
         "policy": policy,
     }
-    return Query(JOB_LINK_PARENTS, params, query.plain)
+    return Query(JOB_LINK_PARENTS, params, _state)
+
+
+def _state(rows: query.Rows, count: int) -> str | None:
+    return rows[0][0] if rows else None
 
 
 # Params: id (the child). Its parents in id order: how each ended (the edge's record,
