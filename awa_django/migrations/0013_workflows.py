@@ -231,6 +231,25 @@ BEGIN
 END
 $$;
 
+-- A dead letter purged or pruned (not retried: a retry put the job back first, in the
+-- same statement) takes the workflow rows its job kept when it was dead-lettered. Dead
+-- letters are few and cold: no flag, an EXISTS per deleted row.
+CREATE OR REPLACE FUNCTION awa_workflow_dead_letter_deleted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM awa_jobs_hot WHERE id = OLD.id) THEN
+        DELETE FROM awa_job_dependencies WHERE child_id = OLD.id;
+        DELETE FROM awa_job_waits WHERE job_id = OLD.id;
+        DELETE FROM awa_batch_members WHERE job_id = OLD.id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER awa_workflow_dead_letter_deleted
+AFTER DELETE ON awa_dead_letters FOR EACH ROW
+EXECUTE FUNCTION awa_workflow_dead_letter_deleted();
+
 -- The WHEN clauses are all a job outside any workflow meets: a boolean column test, no
 -- function call, no event queued.
 CREATE TRIGGER awa_workflow_parent_moved
@@ -246,6 +265,8 @@ EXECUTE FUNCTION awa_workflow_job_deleted();
 """
 
 DROP_FUNCTIONS = """
+DROP TRIGGER IF EXISTS awa_workflow_dead_letter_deleted ON awa_dead_letters;
+DROP FUNCTION IF EXISTS awa_workflow_dead_letter_deleted();
 DROP TRIGGER IF EXISTS awa_workflow_job_deleted ON awa_jobs_hot;
 DROP TRIGGER IF EXISTS awa_workflow_parent_moved ON awa_jobs_hot;
 DROP FUNCTION IF EXISTS awa_workflow_job_deleted();

@@ -263,6 +263,25 @@ def test_a_dead_lettered_child_keeps_its_parents() -> None:
     assert [p.id for p in Client().parents(child.id)] == [parent.id]
     Client().retry_dead_letters(ids=[child.id])
     assert Job.objects.get(id=child.id).has_parents
+    assert Client().parents(child.id)[0].id == parent.id
+
+
+@pytest.mark.usefixtures("dead_letter_queue")
+def test_a_purged_dead_letter_takes_its_workflow_rows() -> None:
+    from awa_django.storage.workflows import BatchMember, JobDependency
+
+    parent = awa_django.enqueue(Step("p"))
+    child = awa_django.enqueue(DlStep("c"), after=[parent])
+    batch_id = awa_django.batch([DlStep("m")])
+    (member,) = Client().batch_members(batch_id)
+    drain()
+    assert Client().dead_letter(child.id) and Client().dead_letter(member)
+    assert JobDependency.objects.filter(child_id=child.id).exists()
+    assert Client().purge_dead_letters(ids=[child.id, member]) == 2
+    assert not JobDependency.objects.filter(child_id=child.id).exists()
+    assert not JobWait.objects.filter(job_id=child.id).exists()
+    assert not BatchMember.objects.filter(job_id=member).exists()
+    assert Client().batch_progress(batch_id).failed == 1  # the count stays
 
 
 # -- pruning ----------------------------------------------------------------------------------
