@@ -38,6 +38,7 @@ class BulkAction(enum.StrEnum):
 
 _WAITING = (
     JobState.SCHEDULED,
+    JobState.WAITING_PARENTS,
     JobState.AVAILABLE,
     JobState.RETRYABLE,
     JobState.WAITING_EXTERNAL,

@@ -240,7 +240,7 @@ WAITING_INDEX = (
 class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY cannot run inside a transaction
 
-    dependencies = [("awa_django", "0012_cron_resumed_at")]
+    dependencies = [("awa_django", "0013_workflows")]
 
     operations = [
         migrations.CreateModel(
@@ -307,6 +307,7 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 choices=[
                     ("scheduled", "Scheduled"),
+                    ("waiting_parents", "Waiting Parents"),
                     ("available", "Available"),
                     ("running", "Running"),
                     ("waiting_external", "Waiting External"),

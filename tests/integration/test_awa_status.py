@@ -54,6 +54,7 @@ def test_table_shows_each_queue_with_its_figures():
     assert header[:11] == [
         "queue",
         "scheduled",
+        "waiting_parents",
         "available",
         "running",
         "waiting",

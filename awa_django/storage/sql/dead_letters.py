@@ -110,6 +110,16 @@ def job_dead_letter_if_running(
     return Query(JOB_DEAD_LETTER_IF_RUNNING, params, query.first_job)
 
 
+# Workflows (decision 043): a dead letter keeps its edges (the deletion trigger leaves a
+# dead-lettered job's rows), so a retried one is flagged again from them, and a retried
+# parent reopens its edges: its children count it pending again and those its failure
+# cancelled wait again (awa_workflow_parent_reopened, migration 0013).
+_HAS_DEPENDENTS = (
+    "(EXISTS (SELECT 1 FROM awa_job_dependencies d WHERE d.parent_id = j.id)"
+    " OR EXISTS (SELECT 1 FROM awa_batch_members m WHERE m.job_id = j.id))"
+)
+_HAS_PARENTS = "EXISTS (SELECT 1 FROM awa_job_waits w WHERE w.job_id = j.id)"
+
 # Params: ids int8[] (sorted), queue (text or NULL: keep), priority (int2 or NULL: keep).
 # T26 (transitions.DEAD_LETTER_RETRY) with our guard kept: each dead letter goes back into
 # awa_jobs_hot under its id, its columns reset as a retry resets them (`available` now,
@@ -124,6 +134,8 @@ _REVIVED_COLUMNS, _REVIVED_VALUES = DEAD_LETTER_RETRY.inserted(
     (*_COPIED.split(", "), "errors"),
     ("queue", "coalesce(%(queue)s::text, j.queue)"),
     ("priority", "coalesce(%(priority)s::int2, j.priority)"),
+    ("has_dependents", _HAS_DEPENDENTS),
+    ("has_parents", _HAS_PARENTS),
 )
 DEAD_LETTER_RETRY_MANY = Statement(
     "dead_letter_retry_many",
@@ -135,11 +147,15 @@ WITH picked AS (
     SELECT {_REVIVED_VALUES}
     FROM picked j ORDER BY j.id
     ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
-    RETURNING {JOB_COLUMNS}
+    RETURNING {JOB_COLUMNS}, has_dependents
 ), removed AS (
     DELETE FROM awa_dead_letters d USING inserted i WHERE d.id = i.id
+), reopened AS (
+    SELECT count(awa_workflow_parent_reopened(i.id)) AS parents
+    FROM inserted i WHERE i.has_dependents
 )
-SELECT *, {DEAD_LETTER_RETRY.notify_row()} FROM inserted ORDER BY id
+SELECT i.*, {DEAD_LETTER_RETRY.notify_row()}
+FROM inserted i CROSS JOIN reopened ORDER BY i.id
 """,
 )
 

@@ -22,6 +22,11 @@ the attempt learns it lost.
 What stays hand-written, and why, is in decision 041: the claim (a transition of its own,
 tuned on the hot path), a sequential wait (`job_enter_wait`: it keeps its lease and slot)
 and the moves into the dead letters (a DELETE ... INSERT, `dead_letters.enter`).
+
+Not here either: the moves of a workflow's waiting child (`waiting_parents` to available,
+scheduled or cancelled, deleted for `discard`, and back from cancelled to waiting). They
+are the side effects of its parents' moves, made by migration 0013's trigger in each
+parent move's transaction, whichever statement made it (decision 043).
 """
 
 from __future__ import annotations
