@@ -11,11 +11,18 @@ from typing import Any
 from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client import (
     Client,
+    Group,
+    GroupResult,
     ResolveResult,
+    Step,
     aenqueue,
     aenqueue_many,
+    batch,
+    chain,
     enqueue,
     enqueue_many,
+    group,
+    step,
 )
 from awa_django.events import (
     Cancelled,
@@ -29,6 +36,7 @@ from awa_django.events import (
 )
 from awa_django.exceptions import (
     AwaError,
+    BatchNotFound,
     BulkOperationNotFound,
     CallbackNotFound,
     DeadLetterFilterRequired,
@@ -36,6 +44,7 @@ from awa_django.exceptions import (
     FollowUpFailed,
     InvalidCallbackOption,
     InvalidDeadLetterQuery,
+    InvalidDependency,
     InvalidEnqueueOption,
     InvalidJobArgs,
     InvalidJobDeclaration,
@@ -44,6 +53,7 @@ from awa_django.exceptions import (
     InvalidQueueName,
     InvalidSchedule,
     JobNotFound,
+    ParentNotFound,
     PayloadTooLarge,
     ScheduleNotFound,
     SerializationError,
@@ -67,18 +77,22 @@ from awa_django.registry.follow_ups import (
 from awa_django.registry.schedules import periodic
 from awa_django.results import CallbackToken, Cancel, RetryAfter, Snooze, WaitForCallback
 from awa_django.snapshot import (
+    BatchProgress,
     DeadLetterPage,
     DeadLetterRetry,
     DeadLetterSnapshot,
     JobSnapshot,
+    ParentResult,
     ScheduleSnapshot,
 )
-from awa_django.states import DeadLetterReason
+from awa_django.states import DeadLetterReason, ParentFailurePolicy
 from awa_django.unique import EnqueueManyResult, UniqueOpts
 from awa_django.web.signing import callback_url, sign_callback_request
 
 __all__ = [
     "AwaError",
+    "BatchNotFound",
+    "BatchProgress",
     "BulkAction",
     "BulkOperationNotFound",
     "BulkProgress",
@@ -99,8 +113,11 @@ __all__ = [
     "Exhausted",
     "FollowUp",
     "FollowUpFailed",
+    "Group",
+    "GroupResult",
     "InvalidCallbackOption",
     "InvalidDeadLetterQuery",
+    "InvalidDependency",
     "InvalidEnqueueOption",
     "InvalidJobArgs",
     "InvalidJobDeclaration",
@@ -112,6 +129,9 @@ __all__ = [
     "JobFilter",
     "JobNotFound",
     "JobSnapshot",
+    "ParentFailurePolicy",
+    "ParentNotFound",
+    "ParentResult",
     "PayloadTooLarge",
     "RateLimit",
     "Rescued",
@@ -124,6 +144,7 @@ __all__ = [
     "Snooze",
     "StaleAttempt",
     "Started",
+    "Step",
     "TerminalError",
     "UniqueConflict",
     "UniqueOpts",
@@ -132,10 +153,13 @@ __all__ = [
     "WaitingForCallback",
     "aenqueue",
     "aenqueue_many",
+    "batch",
     "callback_url",
+    "chain",
     "enqueue",
     "enqueue_many",
     "follow_up",
+    "group",
     "job",
     "on_any_event",
     "on_cancelled_enqueue",
@@ -148,6 +172,7 @@ __all__ = [
     "on_waiting_for_callback_enqueue",
     "periodic",
     "sign_callback_request",
+    "step",
 ]
 
 # Names of the 0.1 API, kept importable for one release

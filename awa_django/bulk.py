@@ -36,7 +36,13 @@ class BulkAction(enum.StrEnum):
         return ACTION_STATES[self]
 
 
-_WAITING = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE, JobState.WAITING_EXTERNAL)
+_WAITING = (
+    JobState.SCHEDULED,
+    JobState.WAITING_PARENTS,
+    JobState.AVAILABLE,
+    JobState.RETRYABLE,
+    JobState.WAITING_EXTERNAL,
+)
 # Running jobs are never retried, re-prioritised or moved; cancel takes them as
 # `Client.cancel` does (the attempt's outcome turns stale, its worker hears the hint).
 ACTION_STATES: Mapping[BulkAction, tuple[str, ...]] = {

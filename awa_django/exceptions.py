@@ -136,3 +136,20 @@ class InvalidThreshold(AwaError, ValueError):
 
 class TerminalError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""
+
+
+class InvalidDependency(InvalidEnqueueOption):
+    """`after=` takes 1 to 10,000 job ids (ints) or JobSnapshots, and `on_parent_failure`
+    one of 'cancel', 'run', 'discard'; unique jobs cannot wait on parents."""
+
+
+class ParentNotFound(AwaError):
+    """A parent named in `after=` is not a job (nor a dead letter): nothing was enqueued."""
+
+    def __init__(self, message: str | None = None, *, ids: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ids = ids  # the missing parent ids
+
+
+class BatchNotFound(AwaError):
+    """No batch with this id exists."""

@@ -12,11 +12,16 @@ import datetime as dt
 from typing import TypeGuard
 
 from awa_django.conf import MAX_MAX_ATTEMPTS, MAX_PRIORITY, MIN_MAX_ATTEMPTS, MIN_PRIORITY
-from awa_django.exceptions import InvalidEnqueueOption
+from awa_django.exceptions import InvalidDependency, InvalidEnqueueOption
+from awa_django.snapshot import JobSnapshot
+from awa_django.states import ParentFailurePolicy
 
 MAX_KIND_CHARS = 200  # the kind column is varchar(200)
 MAX_TAG_CHARS = 200  # each tags element is varchar(200)
 MAX_TAGS = 20
+# Parents of one child (decision 043): enough for a fan-in of 10,000; the enqueue locks
+# each parent row FOR SHARE, so the bound also bounds that statement.
+MAX_PARENTS = 10_000
 
 
 def check_kind(kind: object) -> str:
@@ -112,3 +117,33 @@ def _check_text(value: str, what: str) -> None:
 
 def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_parents(after: object) -> tuple[int, ...]:
+    """`after=`: 1 to MAX_PARENTS job ids (ints) or JobSnapshots; distinct ids, sorted (the
+    order the enqueue locks them in)."""
+    if isinstance(after, int | JobSnapshot) or not isinstance(after, list | tuple | set):
+        raise InvalidDependency(
+            f"after= takes a list of job ids or JobSnapshots, got {type(after).__name__}"
+        )
+    if not after or len(after) > MAX_PARENTS:
+        raise InvalidDependency(f"after= takes 1 to {MAX_PARENTS:,} parents, got {len(after):,}")
+    ids = set()
+    for parent in after:
+        if isinstance(parent, JobSnapshot):
+            parent = parent.id
+        if not _whole(parent) or parent <= 0:
+            raise InvalidDependency(
+                f"after= takes job ids (positive ints) or JobSnapshots, got {parent!r:.100}"
+            )
+        ids.add(parent)
+    return tuple(sorted(ids))
+
+
+def check_parent_failure(policy: object) -> ParentFailurePolicy:
+    """`on_parent_failure=`: 'cancel', 'run' or 'discard'."""
+    if isinstance(policy, str) and policy in ParentFailurePolicy:
+        return ParentFailurePolicy(policy)
+    raise InvalidDependency(
+        f"on_parent_failure must be 'cancel', 'run' or 'discard', got {policy!r:.100}"
+    )

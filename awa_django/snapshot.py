@@ -287,3 +287,50 @@ class KindFigures:
         """Failed among completed and failed (cancelled jobs did not fail)."""
         ended = self.completed + self.failed
         return self.failed / ended if ended else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ParentResult:
+    """One parent of a job, as its child reads it (`JobContext.parent_results()`,
+    `Client.parents()`): how it ended (`state`: completed, failed or cancelled; None while
+    it has not) and, once completed, the result its handler stored (`job.result = ...`).
+    `dead_lettered`: it failed into the dead letters (state `failed`, no result)."""
+
+    id: int
+    kind: str | None  # None: the parent row is gone (pruned after every child ended)
+    state: str | None
+    result: Any = None
+    dead_lettered: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """It ended without completing (failed for good, cancelled or dead-lettered)."""
+        return self.state in ("failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """A batch's members counted by how they ended (`Client.batch_progress`). `failed`
+    includes dead-lettered members. `finished_at` is set when the last member ended."""
+
+    batch_id: int
+    total: int
+    completed: int
+    failed: int
+    cancelled: int
+    created_at: datetime
+    finished_at: datetime | None
+    on_success_id: int | None
+    on_complete_id: int | None
+
+    @property
+    def ended(self) -> int:
+        return self.completed + self.failed + self.cancelled
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.ended
+
+    @property
+    def is_finished(self) -> bool:
+        return self.ended >= self.total

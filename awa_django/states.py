@@ -9,6 +9,9 @@ from django.db import models
 
 class JobState(models.TextChoices):
     SCHEDULED = "scheduled"
+    # Enqueued with `after=`: waits until its parents ended (docs/workflows-api.md,
+    # decision 043). Not terminal, never claimed; a parent's transition moves it on.
+    WAITING_PARENTS = "waiting_parents"
     AVAILABLE = "available"
     RUNNING = "running"
     WAITING_EXTERNAL = "waiting_external"
@@ -27,6 +30,16 @@ DEFERRED_STATES: frozenset[str] = frozenset({JobState.SCHEDULED, JobState.RETRYA
 # Depth counts every state but `completed`: completed rows pile up until pruning and are
 # reported as throughput instead, so the count never walks the retained history.
 DEPTH_STATES: tuple[str, ...] = tuple(s for s in JobState.values if s != JobState.COMPLETED)
+
+
+# What a child does when one of its parents fails for good, is cancelled or is
+# dead-lettered (decision 043): `cancel` (the child is cancelled, and restored to waiting
+# if that parent is retried), `run` (the child runs once every parent ended and can read
+# which failed), `discard` (the child row is deleted, for good).
+class ParentFailurePolicy(StrEnum):
+    CANCEL = "cancel"
+    RUN = "run"
+    DISCARD = "discard"
 
 
 class DeadLetterReason(models.TextChoices):

@@ -6,7 +6,18 @@ from awa_django.bulk import BulkAction, BulkProgress, JobFilter
 from awa_django.client.callbacks import ResolveResult
 from awa_django.client.client import Client
 from awa_django.client.observability import HISTORY_RANGES, Breach, Thresholds, breaches
-from awa_django.client.shortcuts import aenqueue, aenqueue_many, enqueue, enqueue_many
+from awa_django.client.shortcuts import (
+    Group,
+    aenqueue,
+    aenqueue_many,
+    batch,
+    chain,
+    enqueue,
+    enqueue_many,
+    group,
+)
+from awa_django.client.workflow_verbs import GroupResult
+from awa_django.client.workflows import Step, step
 from awa_django.snapshot import (
     DeadLetterPage,
     DeadLetterRetry,
@@ -30,6 +41,8 @@ __all__ = [
     "DeadLetterReason",
     "DeadLetterRetry",
     "DeadLetterSnapshot",
+    "Group",
+    "GroupResult",
     "JobFilter",
     "KindFigures",
     "LiveWorker",
@@ -37,10 +50,15 @@ __all__ = [
     "ResolveResult",
     "RollupPoint",
     "ScheduleSnapshot",
+    "Step",
     "Thresholds",
     "aenqueue",
     "aenqueue_many",
+    "batch",
     "breaches",
+    "chain",
     "enqueue",
     "enqueue_many",
+    "group",
+    "step",
 ]

@@ -10,6 +10,7 @@ delivered only then. Events for transitions made here are dispatched on commit. 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, Unpack, cast, overload
@@ -17,13 +18,15 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, cast, overload
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
-from awa_django.client import callbacks, inserts, queues, schedules, unique
+from awa_django.client import callbacks, inserts, queues, schedules, unique, workflows
 from awa_django.client.bulk_verbs import BulkVerbs
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
 from awa_django.client.history_verbs import HistoryVerbs
 from awa_django.client.twins import async_twin
+from awa_django.client.workflow_verbs import WorkflowVerbs
+from awa_django.client.workflows import Parents
 from awa_django.codec import dumps
 from awa_django.conf import awa_settings
 from awa_django.events import Cancelled
@@ -47,12 +50,13 @@ if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
 
 
-class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
+class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, WorkflowVerbs):
     """Operations on jobs and queues through Django's database connection `using`
     (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
     `a`-prefixed async twin. The bulk operations come from `BulkVerbs` (bulk_verbs.py), the
     dead-letter verbs from `DeadLetterVerbs` (dead_letter_verbs.py), the queue history from
-    `HistoryVerbs` (history_verbs.py)."""
+    `HistoryVerbs` (history_verbs.py), the workflow verbs (chain, group, batch) from
+    `WorkflowVerbs` (workflow_verbs.py)."""
 
     def __init__(self, using: str | None = None) -> None:
         self._using = using
@@ -65,6 +69,9 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
     def enqueue(
         self,
         args: Any,
+        *,
+        after: Parents | None = None,
+        on_parent_failure: str = "cancel",
         **options: Unpack[EnqueueKwargs],
     ) -> JobSnapshot:
         """Insert one job in the caller's transaction and return its row.
@@ -75,8 +82,17 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
         bad one raises and leaves the caller's transaction usable: SerializationError /
         PayloadTooLarge (args, metadata), UnknownJobKind (a dict without `kind`),
         InvalidQueueName, InvalidEnqueueOption (kind, priority, max_attempts, tags, run_at).
+
+        `after=[parents]` (job ids or JobSnapshots, enqueued in this transaction or
+        earlier) makes the job wait in state `waiting_parents` until every parent ended;
+        `on_parent_failure` ('cancel', 'run' or 'discard') says what a parent that fails,
+        is cancelled or is dead-lettered does to it (docs/workflows-api.md). Errors:
+        InvalidDependency, ParentNotFound (nothing written).
         """
-        return self._enqueue(args, EnqueueOptions(**options) if options else NO_OPTIONS)
+        opts = EnqueueOptions(**options) if options else NO_OPTIONS
+        if after is None:
+            return self._enqueue(args, opts)
+        return workflows.enqueue_after(self.using, args, opts, after, on_parent_failure)
 
     def _enqueue(self, args: Any, options: EnqueueOptions) -> JobSnapshot:
         template, encoded = plan_one(args, options)
@@ -154,10 +170,14 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
     async def aenqueue(
         self,
         args: Any,
+        *,
+        after: Parents | None = None,
+        on_parent_failure: str = "cancel",
         **options: Unpack[EnqueueKwargs],
     ) -> JobSnapshot:
         """`enqueue` for async code."""
-        return await sync_to_async(self._enqueue)(args, EnqueueOptions(**options))
+        enqueue = functools.partial(self.enqueue, after=after, on_parent_failure=on_parent_failure)
+        return await sync_to_async(enqueue)(args, **options)
 
     @overload
     async def aenqueue_many(
@@ -193,10 +213,18 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs):
             raise JobNotFound(f"no job with id {job_id}")
         return row
 
-    def cancel(self, job_id: int) -> JobSnapshot | None:
+    def cancel(self, job_id: int, *, cascade: bool = False) -> JobSnapshot | None:
         """Cancel a non-terminal job; None if it was already terminal. A running attempt's
-        later outcome becomes stale and its `is_cancelled()` turns true. Fires Cancelled."""
-        rows = self.cancel_many([job_id])
+        later outcome becomes stale and its `is_cancelled()` turns true. Fires Cancelled.
+
+        Its waiting children then follow their `on_parent_failure` policy; `cascade=True`
+        cancels every job still waiting on it (directly or through other waiting jobs) in
+        the same statement, whatever their policy (a later retry of the job does not
+        restore those: they were cancelled by the operator, not by the policy)."""
+        ids = [job_id]
+        if cascade:
+            ids += workflows.waiting_descendants(self.using, job_id)
+        rows = [r for r in self.cancel_many(ids) if r.id == job_id]
         return rows[0] if rows else None
 
     def cancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:

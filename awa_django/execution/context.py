@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from awa_django.codec import dumps
 from awa_django.results import CallbackToken
-from awa_django.snapshot import JobSnapshot
+from awa_django.snapshot import JobSnapshot, ParentResult
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -130,6 +130,23 @@ class JobContext(Generic[T]):
 
     def mark_cancelled(self) -> None:
         self._cancelled = True
+
+    # -- workflows ----------------------------------------------------------------------
+    def parent_results(self) -> list[ParentResult]:
+        """The parents this job was enqueued `after=` (ascending ids): how each ended and,
+        for a completed one, the result its handler stored (`job.result = value`). A child
+        with `on_parent_failure="run"` sees here which parents failed. Reads the committed
+        rows through Django's connection of `AWA["DATABASE"]`; [] without parents."""
+        from awa_django.conf import awa_settings
+        from awa_django.storage.sql.workflows import job_parents
+
+        return job_parents(id=self.id).run(awa_settings().database)
+
+    async def aparent_results(self) -> list[ParentResult]:
+        """`parent_results()` for async handlers."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.parent_results)()
 
     # -- callbacks ----------------------------------------------------------------------
     def register_callback(self, timeout: float = 3600) -> CallbackToken:

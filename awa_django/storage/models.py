@@ -18,6 +18,14 @@ from awa_django.conf import (
 )
 from awa_django.states import DEPTH_STATES, DeadLetterReason, JobState
 
+# Registered with the app through this import (Django loads models from here).
+from awa_django.storage.workflows import (  # noqa: F401
+    Batch,
+    BatchMember,
+    JobDependency,
+    JobWait,
+)
+
 TERMINAL = ("completed", "failed", "cancelled")
 
 # The lookup indexes of `awa_jobs_hot` are partial (docs/decisions/028-index-diet.md). No
@@ -101,6 +109,13 @@ class Job(models.Model):
     # The priority the job was enqueued with, set when priority aging first lifts it
     # (NULL: never aged); promotion and retry put it back (decision 018).
     original_priority = models.SmallIntegerField(null=True, blank=True)
+    # Workflows (decision 043): whether a job has children or batch membership (its state
+    # changes then run the fan-in trigger), and whether it has parents (its deletion then
+    # clears its dependency rows). Both are only read by the triggers' WHEN clauses, so a
+    # job outside any workflow pays one boolean test per write. db_default: the COPY path
+    # and every INSERT that does not name them get false from the database.
+    has_dependents = models.BooleanField(db_default=False, default=False, editable=False)
+    has_parents = models.BooleanField(db_default=False, default=False, editable=False)
 
     class Meta:
         db_table = "awa_jobs_hot"

@@ -1,0 +1,138 @@
+"""Statements of workflows (decision 043): locking the parents of a child at enqueue,
+linking the child to them, reading a child's parents and a cancelled flow's waiting
+descendants. The fan-in itself is the trigger of migration 0013, not a statement here:
+every transition of a parent runs it, whichever statement made the transition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from awa_django.snapshot import ParentResult
+from awa_django.storage import query
+from awa_django.storage.query import Query
+from awa_django.storage.sql import Statement
+
+# Params: ids int8[] (sorted). Locks each parent that is a job in id order (two children
+# enqueued at once after overlapping parents never deadlock) and flags it
+# `has_dependents`, so its transitions run the trigger from now on. The lock is held until
+# the caller's transaction ends: a parent's transition waits for the child's edges to
+# commit (its trigger then sees them), or the lock waits for the transition and reads the
+# state it left (the edge is then written already resolved). A parent among the dead
+# letters is locked there (against a concurrent dead-letter retry) and counts as failed.
+# Returns (id, ended state or NULL, dead-lettered) per parent found; a missing id is absent.
+# Index: primary keys.
+JOB_LOCK_PARENTS = Statement(
+    "job_lock_parents",
+    """
+WITH locked AS (
+    SELECT id, state, has_dependents FROM awa_jobs_hot
+    WHERE id = ANY(%(ids)s::int8[]) ORDER BY id FOR NO KEY UPDATE
+), flagged AS (
+    UPDATE awa_jobs_hot j SET has_dependents = true
+    FROM locked l WHERE j.id = l.id AND NOT l.has_dependents
+), dead AS (
+    SELECT id FROM awa_dead_letters WHERE id = ANY(%(ids)s::int8[]) ORDER BY id FOR SHARE
+)
+SELECT id, CASE WHEN state IN ('completed', 'failed', 'cancelled') THEN state END, false
+FROM locked
+UNION ALL
+SELECT id, 'failed', true FROM dead WHERE id NOT IN (SELECT id FROM locked)
+""",
+)
+
+
+def job_lock_parents(*, ids: Sequence[int]) -> Query[dict[int, str | None]]:
+    """Each parent found, with how it ended already (None: not yet)."""
+    return Query(JOB_LOCK_PARENTS, {"ids": sorted(ids)}, _ended)
+
+
+def _ended(rows: query.Rows, count: int) -> dict[int, str | None]:
+    return {row[0]: row[1] for row in rows}
+
+
+# Params: child, parents int8[], ended text[] (same order), policy. The child row was just
+# inserted `waiting_parents`; awa_workflow_link (migration 0013) writes its edges and
+# counters and settles it at once (every parent completed: available; one failed: the
+# policy). Index: primary keys.
+JOB_LINK_PARENTS = Statement(
+    "job_link_parents",
+    """
+SELECT awa_workflow_link(%(child)s, %(parents)s::int8[], %(ended)s::text[], %(policy)s::text)
+""",
+)
+
+
+def job_link_parents(
+    *, child: int, parents: dict[int, str | None], policy: str
+) -> Query[query.Rows]:
+    params = {
+        "child": child,
+        "parents": list(parents),
+        "ended": list(parents.values()),
+        "policy": policy,
+    }
+    return Query(JOB_LINK_PARENTS, params, query.plain)
+
+
+# Params: id (the child). Its parents in id order: how each ended (the edge's record,
+# which outlives a pruned parent), its kind and, if it completed, its result; a parent
+# among the dead letters is read from there. Index: awa_job_deps_child_idx, primary keys.
+JOB_PARENTS = Statement(
+    "job_parents",
+    """
+SELECT d.parent_id, coalesce(j.kind, dl.kind), d.parent_state,
+       CASE WHEN d.parent_state = 'completed' THEN j.result::text END, dl.id IS NOT NULL
+FROM awa_job_dependencies d
+LEFT JOIN awa_jobs_hot j ON j.id = d.parent_id
+LEFT JOIN awa_dead_letters dl ON dl.id = d.parent_id
+WHERE d.child_id = %(id)s
+ORDER BY d.parent_id
+""",
+)
+
+
+def job_parents(*, id: int) -> Query[list[ParentResult]]:
+    return Query(JOB_PARENTS, {"id": id}, _parents)
+
+
+def _parents(rows: query.Rows, count: int) -> list[ParentResult]:
+    return [
+        ParentResult(
+            id=parent_id,
+            kind=kind,
+            state=state,
+            result=None if result is None else json.loads(result),
+            dead_lettered=dead,
+        )
+        for parent_id, kind, state, result, dead in rows
+    ]
+
+
+# Params: ids int8[]. Every job that waits (`waiting_parents`) on one of `ids`, directly
+# or through other waiting jobs: what a cascading cancel takes with it. Index:
+# awa_job_dependencies' primary key (parent_id first), primary keys.
+JOB_WAITING_DESCENDANTS = Statement(
+    "job_waiting_descendants",
+    """
+WITH RECURSIVE down(id) AS (
+    SELECT d.child_id FROM awa_job_dependencies d
+    JOIN awa_jobs_hot j ON j.id = d.child_id AND j.state = 'waiting_parents'
+    WHERE d.parent_id = ANY(%(ids)s::int8[])
+    UNION
+    SELECT d.child_id FROM down
+    JOIN awa_job_dependencies d ON d.parent_id = down.id
+    JOIN awa_jobs_hot j ON j.id = d.child_id AND j.state = 'waiting_parents'
+)
+SELECT id FROM down ORDER BY id
+""",
+)
+
+
+def job_waiting_descendants(*, ids: Sequence[int]) -> Query[list[int]]:
+    return Query(JOB_WAITING_DESCENDANTS, {"ids": sorted(ids)}, _ids)
+
+
+def _ids(rows: query.Rows, count: int) -> list[int]:
+    return [row[0] for row in rows]
