@@ -13,12 +13,13 @@ from __future__ import annotations
 import signal
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from django.db import connection, transaction
 
 import awa_django
+from awa_django.client import Client
 from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccFlowCallback, AccFlowChild, AccFlowParent
 
@@ -40,6 +41,7 @@ CREATE TABLE flow_audit (
     old_state text,
     new_state text NOT NULL,
     run_lease bigint NOT NULL,
+    xact bigint NOT NULL DEFAULT txid_current(),
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE FUNCTION flow_audit_write() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -75,20 +77,35 @@ def audit() -> Iterator[None]:
             cursor.execute(DROP_AUDIT)
 
 
-def audit_rows() -> list[tuple[int, int, str, str | None, str, int]]:
+class Move(NamedTuple):
+    """One audited transition (a row's insert has no `old` state)."""
+
+    seq: int
+    job_id: int
+    kind: str
+    old: str | None
+    new: str
+    run_lease: int
+    xact: int
+
+
+def audit_rows() -> list[Move]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT seq, job_id, kind, old_state, new_state, run_lease FROM flow_audit ORDER BY seq"
+            "SELECT seq, job_id, kind, old_state, new_state, run_lease, xact"
+            " FROM flow_audit ORDER BY seq"
         )
-        return list(cursor.fetchall())
+        return [Move(*row) for row in cursor.fetchall()]
 
 
-def enqueue_flows() -> tuple[dict[int, list[int]], list[int], int]:
+def enqueue_flows() -> tuple[dict[int, list[int]], dict[int, list[int]], int]:
     """FLOWS flows, the parents of each BATCH_FLOWS flows in one batch whose on_complete
-    callback is an AccFlowCallback; one parent of the first flow is slow and on the slow
-    queue. Returns ({child: [parents]}, [batch ids], the slow parent's id)."""
+    callback is an AccFlowCallback, and one more flow whose one parent is slow and on the
+    slow queue. Returns ({child: its parents}, {callback: its batch's members}, the slow
+    parent's id)."""
     flows: dict[int, list[int]] = {}
-    batches: list[int] = []
+    callbacks: dict[int, list[int]] = {}
+    client = Client()
     with transaction.atomic():
         for first in range(0, FLOWS, BATCH_FLOWS):
             members = [
@@ -96,9 +113,9 @@ def enqueue_flows() -> tuple[dict[int, list[int]], list[int], int]:
                 for flow in range(first, first + BATCH_FLOWS)
                 for k in range(PARENTS)
             ]
-            made = awa_django.batch(members, on_complete=AccFlowCallback(batch=first))
-            batches.append(made.id)
-            ids = [job.id for job in made.jobs]
+            batch = awa_django.batch(members, on_complete=AccFlowCallback(batch=first))
+            ids = client.batch_members(batch)  # ascending: the order they were given in
+            callbacks[client.batch_progress(batch).on_complete_id] = ids
             for i, flow in enumerate(range(first, first + BATCH_FLOWS)):
                 parents = ids[PARENTS * i : PARENTS * (i + 1)]
                 child = awa_django.enqueue(AccFlowChild(flow=flow), after=parents)
@@ -106,7 +123,13 @@ def enqueue_flows() -> tuple[dict[int, list[int]], list[int], int]:
         slow = awa_django.enqueue(AccFlowParent(n=-1, seconds=1.5), queue=SLOW_QUEUE)
         child = awa_django.enqueue(AccFlowChild(flow=-1, parents=1), after=[slow])
         flows[child.id] = [slow.id]
-    return flows, batches, slow.id
+    return flows, callbacks, slow.id
+
+
+def running_on(job_id: int) -> str | None:
+    """The worker id of the job's attempt, once it runs."""
+    job = Job.objects.get(id=job_id)
+    return job.attempted_by[-1] if job.state == "running" else None
 
 
 def rescued(job_id: int) -> bool:
@@ -120,82 +143,90 @@ def completed_share(ids: list[int]) -> float:
 def test_every_child_runs_once_after_its_last_parent_while_workers_crash(
     start_worker: Any, audit: None
 ) -> None:
-    flows, batches, slow = enqueue_flows()
+    flows, callbacks, slow = enqueue_flows()
     parents = [p for ps in flows.values() for p in ps]
     workers = [start_worker("--queue", "acc=10") for _ in range(WORKERS)]
-    frozen = start_worker("--queue", f"{SLOW_QUEUE}=1", "--worker-id", "frozen")
+    slow_workers = {
+        name: start_worker("--queue", f"{SLOW_QUEUE}=1", "--worker-id", name)
+        for name in ("slow-a", "slow-b")
+    }
 
-    # The slow parent's attempt goes stale: its worker is frozen mid-handler, rescued by
-    # the others' leader, the parent runs again on a fresh worker of the slow queue, and
-    # the frozen worker's late outcome is refused when it wakes.
-    wait_until(lambda: Job.objects.get(id=slow).state == "running", what="the slow parent")
+    # The slow parent's attempt goes stale: the worker running it is frozen mid-handler
+    # (SIGSTOP) past the heartbeat staleness, the leader rescues it, the other worker of
+    # the slow queue runs it again, and the frozen worker's late outcome is refused when it
+    # wakes.
+    holder = wait_until(lambda: running_on(slow), what="the slow parent to start")
+    frozen = slow_workers[holder]
     frozen.signal(signal.SIGSTOP)
     for step, share in enumerate((0.2, 0.4, 0.6)):
         wait_until(lambda s=share: completed_share(parents) >= s, timeout=60, what=f"{share}")
         workers[step].kill()  # SIGKILL mid-drain, then a fresh process in its place
         workers[step] = start_worker("--queue", "acc=10")
-    wait_until(lambda: rescued(slow), timeout=30, what="the slow parent's rescue")
-    start_worker("--queue", f"{SLOW_QUEUE}=1", "--worker-id", "stand-in")
-    wait_until(lambda: Job.objects.get(id=slow).state == "completed", what="its second run")
+    wait_until(
+        lambda: Job.objects.get(id=slow).state == "completed", timeout=40, what="its second run"
+    )
+    assert rescued(slow)
     frozen.signal(signal.SIGCONT)
     wait_until(lambda: "is stale" in frozen.output(), timeout=30, what="the refused outcome")
 
-    everything = [*flows, *parents]
     wait_until(
         lambda: not Job.objects.exclude(state="completed").exists(),
         timeout=120,
         what="every flow and callback completed",
     )
-    assert Job.objects.filter(id__in=everything, state="completed").count() == len(everything)
+    everything = {*flows, *parents, *callbacks}
+    assert Job.objects.filter(state="completed").count() == len(everything)
     rows = audit_rows()
-    check_children(flows, rows)
+    check_children({**flows, **callbacks}, rows)
     check_stale_parent(slow, rows)
-    check_callbacks(batches, rows)
-    for worker in workers:
+    check_callbacks(callbacks, rows)
+    for worker in [*workers, *slow_workers.values()]:
         assert worker.stop() == 0
 
 
-def check_children(flows: dict[int, list[int]], rows: list[Any]) -> None:
-    """Each child: never available or running before its last parent's completion; one
-    completion; a claim per attempt (more than one only after a rescue of the child)."""
-    completed_at: dict[int, int] = {}
+def check_children(flows: dict[int, list[int]], rows: list[Move]) -> None:
+    """Each child: made available in the transaction of its last parent's completion (an
+    AFTER trigger of that statement: its audit row may come first, in the same
+    transaction), claimed only after it, completed once; a claim per attempt, so a second
+    run only after the child's own attempt was rescued."""
+    completed: dict[int, Move] = {}
     claims: defaultdict[int, list[int]] = defaultdict(list)
-    available_at: dict[int, int] = {}
-    for seq, job_id, _, old, new, _ in rows:
-        if new == "completed":
-            assert job_id not in completed_at, f"job {job_id} completed twice"
-            completed_at[job_id] = seq
-        elif new == "running":
-            claims[job_id].append(seq)
-        elif new == "available" and old == "waiting_parents":
-            available_at.setdefault(job_id, seq)
+    released: defaultdict[int, list[Move]] = defaultdict(list)
+    for move in rows:
+        if move.new == "completed":
+            assert move.job_id not in completed, f"job {move.job_id} completed twice"
+            completed[move.job_id] = move
+        elif move.new == "running":
+            claims[move.job_id].append(move.seq)
+        elif move.old == "waiting_parents":
+            released[move.job_id].append(move)
     for child, parents in flows.items():
-        last_parent = max(completed_at[p] for p in parents)
-        assert available_at[child] > last_parent, f"child {child} made available early"
-        assert claims[child] and min(claims[child]) > last_parent, f"child {child} ran early"
+        last = max((completed[p] for p in parents), key=lambda m: m.seq)
+        [release] = released[child]  # left waiting once, never put back
+        assert (release.new, release.xact) == ("available", last.xact), (child, release, last)
+        assert claims[child] and min(claims[child]) > last.seq, f"child {child} ran early"
         job = Job.objects.get(id=child)
         assert len(claims[child]) == job.attempt, (child, claims[child], job.attempt)
-        if job.attempt > 1:  # a second run only after its first attempt was rescued
+        if job.attempt > 1:
             assert all("heartbeat stale" in e["error"] for e in job.errors), job.errors
-    twice = Counter(job_id for job_id, seqs in claims.items() if len(seqs) > 1)
-    print(f"claims: {sum(map(len, claims.values()))}; rescued and run again: {len(twice)}")
 
 
-def check_stale_parent(slow: int, rows: list[Any]) -> None:
+def check_stale_parent(slow: int, rows: list[Move]) -> None:
     """The slow parent ran twice (rescued while its handler slept) and completed once, with
     the second attempt's lease: the late outcome of the first changed nothing."""
-    mine = [(new, lease) for _, job_id, _, _, new, lease in rows if job_id == slow]
-    assert [new for new, _ in mine if new == "running"] == ["running", "running"], mine
-    assert [lease for new, lease in mine if new == "completed"] == [mine[-1][1]], mine
-    assert mine[-1][0] == "completed"
+    mine = [m for m in rows if m.job_id == slow]
+    claims = [m.run_lease for m in mine if m.new == "running"]
+    assert len(set(claims)) == len(claims) == 2, mine
+    assert [m.run_lease for m in mine if m.new == "completed"] == claims[-1:], mine
+    assert mine[-1].new == "completed"
 
 
-def check_callbacks(batches: list[int], rows: list[Any]) -> None:
-    """One callback job per batch, enqueued once and completed once."""
-    callbacks = [job_id for _, job_id, kind, old, _, _ in rows
-                 if kind == "acc_flow_callback" and old is None]  # fmt: skip
-    assert len(callbacks) == len(batches) == len(set(callbacks))
-    done = Counter(job_id for _, job_id, kind, _, new, _ in rows if new == "completed")
-    assert all(done[c] == 1 for c in callbacks)
-    args = Job.objects.filter(id__in=callbacks).values_list("args", flat=True)
+def check_callbacks(batches: dict[int, list[int]], rows: list[Move]) -> None:
+    """One callback job per batch, inserted once, released by its last member (checked
+    with the children) and completed once."""
+    inserted = [m.job_id for m in rows if m.kind == "acc_flow_callback" and m.old is None]
+    assert sorted(inserted) == sorted(batches)
+    done = Counter(m.job_id for m in rows if m.new == "completed")
+    assert all(done[c] == 1 for c in inserted)
+    args = Job.objects.filter(id__in=inserted).values_list("args", flat=True)
     assert sorted(a["batch"] for a in args) == list(range(0, FLOWS, BATCH_FLOWS))
