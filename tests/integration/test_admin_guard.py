@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 import awa_django
 from awa_django.admin.guard import GUARDED, AdminGuard, filter_parameters
 from awa_django.storage.models import CronSchedule, DeadLetter, Job
-from tests.factories import CronScheduleFactory, DeadLetterFactory, JobFactory
 from testproject.testjobs.jobs import AccNoop
+from tests.factories import CronScheduleFactory, DeadLetterFactory, JobFactory
 from tests.integration.test_callbacks import ParkedJobFactory
 
 pytestmark = pytest.mark.django_db
