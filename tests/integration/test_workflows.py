@@ -1,6 +1,6 @@
 """Workflows (decision 043): enqueue after parents, the fan-in trigger, the policies,
 chains, groups, batches, cascade cancel, retry restoring children, and the typed errors
-of bad input. Runs handlers inline through `testing.drain()`; the parent outcome ×
+of bad input. Runs handlers inline through `testing.drain()`; the parent outcome by
 policy conformance on both schedulers is in test_workflow_conformance.py."""
 
 from __future__ import annotations
@@ -134,14 +134,24 @@ def test_a_missing_parent_raises_and_writes_nothing() -> None:
 
 @pytest.mark.parametrize(
     ("after", "policy"),
-    [([], "cancel"), (None, "sometimes"), ([1.5], "cancel"), (["7"], "cancel"),
-     ([True], "cancel"), (7, "cancel"), ([0], "cancel"), (list(range(1, 10_002)), "cancel")],
+    [
+        ([], "cancel"),
+        (None, "sometimes"),
+        ([1.5], "cancel"),
+        (["7"], "cancel"),
+        ([True], "cancel"),
+        (7, "cancel"),
+        ([0], "cancel"),
+        (list(range(1, 10_002)), "cancel"),
+    ],
 )
 def test_bad_dependencies_raise_a_typed_error(after: Any, policy: str) -> None:
     parent = awa_django.enqueue(Step("p"))
     before = Job.objects.count()
     with pytest.raises(InvalidDependency):
-        awa_django.enqueue(Step("c"), after=[parent] if after is None else after, on_parent_failure=policy)
+        awa_django.enqueue(
+            Step("c"), after=[parent] if after is None else after, on_parent_failure=policy
+        )
     assert Job.objects.count() == before
 
 
@@ -185,3 +195,60 @@ def test_concurrent_enqueue_and_completion_promote_once() -> None:
         a = awa_django.enqueue(Step("a"))
         c = awa_django.enqueue(Step("c"), after=[a])
     assert JobWait.objects.get(job_id=c.id).pending_parents == 1
+
+
+# -- dead letters ---------------------------------------------------------------------------
+DLQ = "wf-dlq"
+
+
+@dataclass
+class DlStep:
+    name: str
+    mode: str = "fail"
+
+
+@awa_django.job(DlStep, queue=DLQ, max_attempts=1)
+def dl_step(job: JobContext[DlStep]) -> Any:
+    ran.append((job.args.name, job.id))
+    if job.args.mode == "fail":
+        raise TerminalError("declined")
+    return None
+
+
+@pytest.fixture
+def dead_letter_queue() -> Any:
+    from django.test import override_settings
+
+    with override_settings(AWA={"QUEUES": {"default": {}, DLQ: {"dead_letter": True}}}):
+        yield
+
+
+@pytest.mark.usefixtures("dead_letter_queue")
+def test_a_dead_lettered_parent_fails_its_children_and_its_retry_restores_them() -> None:
+    parent = awa_django.enqueue(DlStep("p"))
+    cancel = awa_django.enqueue(Step("cancel"), after=[parent])
+    awa_django.enqueue(Step("run"), after=[parent], on_parent_failure="run")
+    drain()
+    assert Client().dead_letter(parent.id).reason == "terminal_error"
+    assert state(cancel.id) == "cancelled"
+    assert names() == ["p", "run"]
+    assert [(p.state, p.dead_lettered) for p in seen["run"]] == [("failed", True)]
+    # A child enqueued after a dead-lettered parent counts it failed.
+    late = awa_django.enqueue(Step("late"), after=[parent])
+    assert late.state == "cancelled"
+    Job.objects.filter(id=late.id).delete()
+    Client().retry_dead_letters(ids=[parent.id])
+    assert Job.objects.get(id=parent.id).has_dependents
+    assert state(cancel.id) == "waiting_parents"
+    assert Client().parents(cancel.id)[0].state is None
+
+
+@pytest.mark.usefixtures("dead_letter_queue")
+def test_a_dead_lettered_child_keeps_its_parents() -> None:
+    parent = awa_django.enqueue(Step("p"))
+    child = awa_django.enqueue(DlStep("c"), after=[parent])
+    drain()
+    assert names() == ["p", "c"]
+    assert [p.id for p in Client().parents(child.id)] == [parent.id]
+    Client().retry_dead_letters(ids=[child.id])
+    assert Job.objects.get(id=child.id).has_parents

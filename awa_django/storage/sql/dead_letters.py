@@ -105,6 +105,16 @@ def job_dead_letter_if_running(
     return Query(JOB_DEAD_LETTER_IF_RUNNING, params, query.first_job)
 
 
+# Workflows (decision 043): a dead letter keeps its edges (the deletion trigger leaves a
+# dead-lettered job's rows), so a retried one is flagged again from them, and a retried
+# parent reopens its edges: its children count it pending again and those its failure
+# cancelled wait again (awa_workflow_parent_reopened, migration 0013).
+_HAS_DEPENDENTS = (
+    "(EXISTS (SELECT 1 FROM awa_job_dependencies d WHERE d.parent_id = picked.id)"
+    " OR EXISTS (SELECT 1 FROM awa_batch_members m WHERE m.job_id = picked.id))"
+)
+_HAS_PARENTS = "EXISTS (SELECT 1 FROM awa_job_waits w WHERE w.job_id = picked.id)"
+
 # Params: ids int8[] (sorted), queue (text or NULL: keep), priority (int2 or NULL: keep).
 # T26 with our guard kept: each dead letter goes back into awa_jobs_hot under its id as
 # `available` now, attempt 0, callback and progress cleared, errors and run_lease kept
@@ -121,18 +131,22 @@ WITH picked AS (
     INSERT INTO awa_jobs_hot (id, kind, queue, args, state, priority, attempt, max_attempts,
                               run_at, created_at, attempted_at, run_lease, errors,
                               metadata, tags, attempted_by, django_task, unique_key,
-                              unique_states)
+                              unique_states, has_dependents, has_parents)
     SELECT id, kind, coalesce(%(queue)s::text, queue), args, 'available',
            coalesce(%(priority)s::int2, priority), 0, max_attempts, now(), created_at,
            attempted_at, run_lease, errors, metadata, tags, attempted_by, django_task,
-           unique_key, unique_states
+           unique_key, unique_states, {_HAS_DEPENDENTS}, {_HAS_PARENTS}
     FROM picked ORDER BY id
     ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
-    RETURNING {JOB_COLUMNS}
+    RETURNING {JOB_COLUMNS}, has_dependents
 ), removed AS (
     DELETE FROM awa_dead_letters d USING inserted i WHERE d.id = i.id
+), reopened AS (
+    SELECT count(awa_workflow_parent_reopened(i.id)) AS parents
+    FROM inserted i WHERE i.has_dependents
 )
-SELECT *, pg_notify({channel_sql("queue")}, '')::text FROM inserted ORDER BY id
+SELECT i.*, pg_notify({channel_sql("queue")}, '')::text
+FROM inserted i CROSS JOIN reopened ORDER BY i.id
 """,
 )
 

@@ -232,19 +232,30 @@ def job_rescue_expired_callback(
 # index condition: the planner then reads every terminal row (a full scan per prune on a
 # table that is mostly terminal rows). One branch per retention keeps each bound a plain
 # index range. Small batches keep each delete short.
+# Workflows (decision 043): a parent stays while any child of it has not ended, so a child
+# always reads its parents' results (JobContext.parent_results) and an operator sees the
+# whole flow. A job outside any workflow (has_dependents false) never reaches the
+# sub-select: PostgreSQL evaluates the cheap column test first.
+KEEPS_PARENTS = """NOT (has_dependents AND EXISTS (
+          SELECT 1 FROM awa_job_dependencies d JOIN awa_jobs_hot c ON c.id = d.child_id
+          WHERE d.parent_id = awa_jobs_hot.id
+            AND c.state NOT IN ('completed', 'failed', 'cancelled')))"""
+
 JOB_PRUNE_TERMINAL = Statement(
     "job_prune_terminal",
-    """
+    f"""
 WITH old_completed AS (
     SELECT id FROM awa_jobs_hot
     WHERE state = 'completed'
       AND finalized_at < now() - make_interval(secs => %(completed_seconds)s::float8)
+      AND {KEEPS_PARENTS}
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), old_failed AS (
     SELECT id FROM awa_jobs_hot
     WHERE state IN ('failed', 'cancelled')
       AND finalized_at < now() - make_interval(secs => %(failed_seconds)s::float8)
+      AND {KEEPS_PARENTS}
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), doomed AS (
