@@ -86,6 +86,7 @@ class WorkerMetrics:
         self.is_leader: Callable[[], bool] = lambda: False
         self.queue_figures: dict[str, tuple[int, float]] = {}
         self.dead_letter_figures: dict[str, int] = {}
+        self.waiting_parents_figures: dict[str, int] = {}
         if prometheus:
             self._build_prometheus()
         if otel:
@@ -170,6 +171,10 @@ class WorkerMetrics:
     def set_dead_letter_figures(self, figures: dict[str, int]) -> None:
         """The leader's latest {queue: dead letters} (worker/maintenance/depth.py)."""
         self.dead_letter_figures = figures
+
+    def set_waiting_parents_figures(self, figures: dict[str, int]) -> None:
+        """The leader's latest {queue: jobs in `waiting_parents`} (maintenance/depth.py)."""
+        self.waiting_parents_figures = figures
 
     # -- sinks -----------------------------------------------------------------------------
     def _count(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
@@ -295,7 +300,8 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str, tuple[float, ...]]] = {
 }
 # Gauges read at scrape time by _LiveCollector: awa_job_in_flight{queue},
 # awa_hook_backlog, awa_worker_leader, and on the leader awa_queue_depth{queue},
-# awa_queue_lag_seconds{queue} and awa_dead_letter_depth{queue}.
+# awa_queue_lag_seconds{queue}, awa_dead_letter_depth{queue} and
+# awa_queue_waiting_parents{queue}.
 
 
 class _RecordedCollector:
@@ -362,6 +368,7 @@ class _LiveCollector:
         if leading:
             yield from _queue_gauges(m.queue_figures)
             yield _dead_letter_gauge(m.dead_letter_figures)
+            yield _waiting_parents_gauge(m.waiting_parents_figures)
 
 
 def _queue_gauges(figures: dict[str, tuple[int, float]]) -> Iterator[Any]:
@@ -392,6 +399,19 @@ def _dead_letter_gauge(figures: dict[str, int]) -> Any:
     )
     for queue, entries in sorted(figures.items()):
         gauge.add_metric([queue], entries)
+    return gauge
+
+
+def _waiting_parents_gauge(figures: dict[str, int]) -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    gauge = GaugeMetricFamily(
+        "awa_queue_waiting_parents",
+        "Jobs waiting for their parents per queue (published by the leader).",
+        labels=["queue"],
+    )
+    for queue, waiting in sorted(figures.items()):
+        gauge.add_metric([queue], waiting)
     return gauge
 
 

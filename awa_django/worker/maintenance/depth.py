@@ -1,6 +1,6 @@
-"""Measures each queue's depth, lag and dead letters once for the whole fleet: the leader
-runs two index-only queries and publishes the figures through its own metrics endpoint,
-so no scrape of any worker touches the jobs tables (decision 021)."""
+"""Measures each queue's depth, lag, waiting children and dead letters once for the whole
+fleet: the leader runs three index-only queries and publishes the figures through its own
+metrics endpoint, so no scrape of any worker touches the jobs tables (decision 021)."""
 
 from __future__ import annotations
 
@@ -24,4 +24,6 @@ class QueueDepth:
         self.metrics.set_queue_figures(figures)
         dead = dict.fromkeys(self.queues, 0) | await self.db.run(rollups_sql.dead_letter_depth())
         self.metrics.set_dead_letter_figures(dead)
+        waiting = await self.db.run(rollups_sql.queue_waiting_parents())
+        self.metrics.set_waiting_parents_figures(dict.fromkeys(self.queues, 0) | waiting)
         return figures
