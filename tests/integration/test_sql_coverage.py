@@ -26,6 +26,7 @@ from tests.integration import (
     test_sql_unique,
     test_sql_wakers,
     test_sql_workers,
+    test_workflow_observability,
 )
 
 # The observability statements are tested beside the figures they feed.
@@ -40,6 +41,7 @@ TEST_MODULES: tuple[ModuleType, ...] = (
     test_sql_unique,
     test_sql_wakers,
     test_observability,
+    test_workflow_observability,
 )
 
 

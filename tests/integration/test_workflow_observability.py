@@ -40,7 +40,7 @@ def waiting_children(count: int, queue: str = Q) -> list[int]:
 
 
 @pytest.mark.django_db
-def test_the_waiting_count_reads_the_state_index_only() -> None:
+def test_queue_waiting_parents_reads_the_state_index_only() -> None:
     waiting_children(3)
     waiting_children(1, queue="elsewhere")
     with connection.cursor() as cursor:
