@@ -42,7 +42,10 @@ class WorkflowVerbs:
         """Enqueue `jobs` at once; with `then`, also a child of all of them (fan-out,
         fan-in: Celery's chord), in one transaction. Returns the members' rows, or a
         GroupResult when `then` is given."""
-        return workflows_group(self.using, jobs, then, on_parent_failure)
+        if then is None:
+            return workflows.group(self.using, jobs)
+        members, child = workflows.group_then(self.using, jobs, then, on_parent_failure)
+        return GroupResult(tuple(members), child)
 
     def batch(
         self, jobs: Sequence[Any], *, on_success: Any | None = None, on_complete: Any | None = None
@@ -84,17 +87,3 @@ class WorkflowVerbs:
     acancel_batch = async_twin(cancel_batch)
     aparents = async_twin(parents)
     achildren = async_twin(children)
-
-
-def workflows_group(
-    using: str, jobs: Sequence[Any], then: Any | None, on_parent_failure: str
-) -> GroupResult | list[JobSnapshot]:
-    from django.db import transaction
-
-    with transaction.atomic(using=using):
-        members = workflows.group(using, jobs)
-        if then is None:
-            return members
-        spec = workflows.as_step(then)
-        child = workflows.enqueue_after(using, spec.args, spec.options, members, on_parent_failure)
-        return GroupResult(tuple(members), child)

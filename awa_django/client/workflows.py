@@ -104,6 +104,17 @@ def group(using: str, jobs: Sequence[Any]) -> list[JobSnapshot]:
         ]
 
 
+def group_then(
+    using: str, jobs: Sequence[Any], then: Any, on_parent_failure: object
+) -> tuple[list[JobSnapshot], JobSnapshot]:
+    """`group`, and `then` as a child of every member, in one transaction."""
+    with transaction.atomic(using=using):
+        members = group(using, jobs)
+        spec = as_step(then)
+        child = enqueue_after(using, spec.args, spec.options, members, on_parent_failure)
+        return members, child
+
+
 def batch(using: str, jobs: Sequence[Any], on_success: Any | None, on_complete: Any | None) -> int:
     """Enqueue `jobs` as one batch and its callbacks, each a child of every member:
     `on_success` (policy `cancel`: it runs only if every member completed; a failed

@@ -339,3 +339,56 @@ def test_a_rescue_fires_one_event_per_committed_transition(
     assert isinstance(event, Exhausted) and event.reason == reason
     assert (event.error, event.attempt, event.dead_lettered) == (MESSAGES[reason], 1, dead_letter)
     assert event.job.state == "failed"
+
+
+# -- workflows (decision 043): the moves of `waiting_parents` ------------------------------
+# The fan-in trigger's moves announce nothing (like promotion): each is audited here as a
+# committed transition with no event. An operator's cancel of a waiting child is the
+# ordinary cancel (CANCELS above has it) and fires Cancelled.
+def _waiting_child(policy: str = "cancel") -> tuple[int, int]:
+    parent = enqueue("complete", max_attempts=1)
+    child = awa_django.enqueue(
+        Conformance("complete"), after=[parent], on_parent_failure=policy, queue="wf-audit"
+    )
+    return parent, child.id
+
+
+def _with_events(step: Callable[[], object]) -> list[Event]:
+    with capture_events() as captured:
+        step()
+    return list(captured.events)
+
+
+def test_a_waiting_child_is_promoted_silently_by_its_parents_completion(scheduler: str) -> None:
+    parent, child = _waiting_child()
+    _, events = run_attempt(scheduler, parent)
+    assert committed(child) == [("waiting_parents", "available")]
+    assert [e for e in events if e.job.id == child] == []
+
+
+@pytest.mark.parametrize(("policy", "moved"), [("cancel", "cancelled"), ("discard", "dead_letter")])
+def test_a_failed_parent_moves_its_waiting_child_silently(
+    scheduler: str, policy: str, moved: str
+) -> None:
+    parent, child = _waiting_child(policy)
+    Job.objects.filter(id=parent).update(args={"mode": "raise_terminal"})
+    _, events = run_attempt(scheduler, parent)
+    # The audit logs any deletion as 'dead_letter'; a discarded child is deleted.
+    assert committed(child) == [("waiting_parents", moved)]
+    assert [e for e in events if e.job.id == child] == []
+
+
+def test_a_retried_parent_restores_its_cancelled_child_silently() -> None:
+    parent, child = _waiting_child("cancel")
+    Job.objects.filter(id=parent).update(args={"mode": "raise_terminal"})
+    run_attempt("inline", parent)
+    events = _with_events(lambda: Client().retry(parent))
+    assert committed(child) == [("waiting_parents", "cancelled"), ("cancelled", "waiting_parents")]
+    assert [e for e in events if e.job.id == child] == []
+
+
+def test_an_operator_cancel_of_a_waiting_child_fires_cancelled() -> None:
+    _, child = _waiting_child()
+    events = _with_events(lambda: Client().cancel(child))
+    assert committed(child) == [("waiting_parents", "cancelled")]
+    assert names([e for e in events if e.job.id == child]) == ["Cancelled"]

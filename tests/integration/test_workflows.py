@@ -56,7 +56,8 @@ def names() -> list[str]:
     return [name for name, _ in ran]
 
 
-def state(job_id: int) -> str:
+def state(job_id: int | None) -> str:
+    assert job_id is not None
     return Job.objects.get(id=job_id).state
 
 
@@ -252,3 +253,161 @@ def test_a_dead_lettered_child_keeps_its_parents() -> None:
     assert [p.id for p in Client().parents(child.id)] == [parent.id]
     Client().retry_dead_letters(ids=[child.id])
     assert Job.objects.get(id=child.id).has_parents
+
+
+# -- pruning ----------------------------------------------------------------------------------
+def _prune() -> int:
+    from awa_django.storage.sql import maintenance as maintenance_sql
+
+    return maintenance_sql.job_prune_terminal(
+        completed_seconds=60, failed_seconds=60, limit=100
+    ).run("default")
+
+
+def test_pruning_keeps_a_parent_while_a_child_of_it_has_not_ended() -> None:
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from awa_django.storage.workflows import JobDependency
+
+    done = awa_django.enqueue(Step("done"))
+    pending = awa_django.enqueue(Step("pending"), run_at=timezone.now() + dt.timedelta(hours=1))
+    child = awa_django.enqueue(Step("child"), after=[done, pending])
+    plain = awa_django.enqueue(Step("plain"))
+    drain()
+    long_ago = timezone.now() - dt.timedelta(hours=2)
+    Job.objects.filter(id__in=[done.id, plain.id]).update(finalized_at=long_ago)
+    assert _prune() == 1  # the plain job; the parent stays: its child still waits
+    assert Job.objects.filter(id=done.id).exists()
+    Job.objects.filter(id=pending.id).update(state="available", run_at=timezone.now())
+    drain()
+    assert state(child.id) == "completed"
+    assert [p.result for p in Client().parents(child.id)] == [{"from": "done"}, {"from": "pending"}]
+    Job.objects.filter(id__in=[pending.id, child.id]).update(finalized_at=long_ago)
+    assert _prune() == 3  # every child ended: the parents go, and the child with its rows
+    assert not JobDependency.objects.filter(child_id=child.id).exists()
+    assert not JobWait.objects.filter(job_id=child.id).exists()
+
+
+# -- cost: a job outside any workflow calls nothing -----------------------------------------
+def _workflow_calls(cursor: Any) -> int:
+    cursor.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+        "WHERE funcname LIKE 'awa_workflow%%'"
+    )
+    return int(cursor.fetchone()[0])
+
+
+def test_a_job_outside_any_workflow_runs_no_workflow_function() -> None:
+    """The triggers' WHEN clauses stop at the flags: enqueue, claim, complete, cancel,
+    retry and delete of plain jobs call no trigger function (pg_stat_xact_user_functions
+    counts PL/pgSQL calls of this transaction); one parent's completion does."""
+    from django.db import connection
+
+    from awa_django.storage.sql import jobs as jobs_sql
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL track_functions = 'pl'")
+        plain = [awa_django.enqueue(Step(f"p{i}")).id for i in range(3)]
+        awa_django.enqueue_many([Step(f"m{i}") for i in range(70)])  # the COPY path
+        claimed = jobs_sql.job_claim_many(
+            queue=QUEUE, limit=2, worker_id="cost", deadline_seconds=60, lease_now=True
+        ).run("default")
+        jobs_sql.job_complete_many(
+            ids=[r.id for r in claimed], leases=[r.run_lease for r in claimed], results=[None, None]
+        ).run("default")
+        Client().cancel(plain[2])
+        Client().retry(plain[2])
+        Job.objects.filter(id__in=plain).delete()
+        assert _workflow_calls(cursor) == 0
+        parent = awa_django.enqueue(Step("parent"), queue="wf-cost")
+        awa_django.enqueue(Step("child"), after=[parent])
+        Client().cancel(parent.id)
+        assert _workflow_calls(cursor) > 0
+
+
+# -- the rest of the API ----------------------------------------------------------------------
+def test_a_unique_job_cannot_wait_on_parents() -> None:
+    parent = awa_django.enqueue(Step("p"))
+    before = Job.objects.count()
+    with pytest.raises(InvalidDependency, match="unique"):
+        awa_django.enqueue(Step("c"), after=[parent], unique=awa_django.UniqueOpts())
+    assert Job.objects.count() == before
+
+
+def test_aenqueue_takes_after() -> None:
+    import asyncio
+
+    parent = awa_django.enqueue(Step("p"))
+
+    async def enqueue_child() -> awa_django.JobSnapshot:
+        from asgiref.sync import sync_to_async
+        from django.db import connections
+
+        row = await awa_django.aenqueue(Step("c"), after=[parent], on_parent_failure="run")
+        # The async twin ran in asgiref's sync thread: close its connection there.
+        await sync_to_async(connections.close_all)()
+        return row
+
+    child = asyncio.run(enqueue_child())
+    assert child.state == "waiting_parents"
+    assert Client().children(parent.id) == [child.id]
+    assert [(p.id, p.state) for p in Client().parents(child.id)] == [(parent.id, None)]
+
+
+def test_a_batch_whose_members_all_complete_runs_on_success_and_on_complete_once() -> None:
+    client = Client()
+    batch_id = client.batch(
+        [Step("m1"), awa_django.step(Step("m2"), priority=1)],
+        on_success=Step("success"),
+        on_complete=Step("complete"),
+    )
+    members = client.batch_members(batch_id)
+    assert len(members) == 2 and all(Job.objects.get(id=m).has_dependents for m in members)
+    drain()
+    assert sorted(names()) == ["complete", "m1", "m2", "success"]
+    assert names()[-2:] in (["success", "complete"], ["complete", "success"])
+    progress = client.batch_progress(batch_id)
+    assert (progress.completed, progress.pending, progress.is_finished) == (2, 0, True)
+
+
+def test_cancelling_a_batch_cancels_its_waiting_members_and_callbacks() -> None:
+    import datetime as dt
+
+    from django.utils import timezone
+
+    later = timezone.now() + dt.timedelta(hours=1)
+    batch_id = awa_django.batch(
+        [Step("m1"), awa_django.step(Step("m2"), run_at=later)], on_complete=Step("complete")
+    )
+    drain()  # m1 completes; m2 is scheduled
+    cancelled = Client().cancel_batch(batch_id)
+    progress = Client().batch_progress(batch_id)
+    assert sorted(r.id for r in cancelled) == sorted(
+        [Client().batch_members(batch_id)[1], progress.on_complete_id or 0]
+    )
+    assert (progress.completed, progress.cancelled, progress.is_finished) == (1, 1, True)
+    drain()
+    assert names() == ["m1"]
+
+
+def test_an_unknown_batch_is_a_typed_error() -> None:
+    with pytest.raises(awa_django.BatchNotFound):
+        Client().batch_progress(10**12)
+
+
+def test_a_retried_batch_member_reopens_the_batch_and_its_on_success() -> None:
+    batch_id = awa_django.batch([Step("ok"), Step("bad", "fail")], on_success=Step("success"))
+    drain()
+    progress = Client().batch_progress(batch_id)
+    assert (progress.failed, progress.is_finished) == (1, True)
+    assert state(progress.on_success_id) == "cancelled"
+    bad = Client().batch_members(batch_id)[1]
+    Job.objects.filter(id=bad).update(args={"name": "bad", "mode": "complete"})
+    Client().retry(bad)
+    progress = Client().batch_progress(batch_id)
+    assert (progress.failed, progress.finished_at) == (0, None)
+    drain()
+    assert names()[-1] == "success"
+    assert Client().batch_progress(batch_id).completed == 2
