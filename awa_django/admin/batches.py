@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -127,8 +128,11 @@ class BatchAdmin(AdminGuard, ReplicaReadsMixin, _ModelAdmin):
             return format_html('<span class="awa-muted">{}</span>', "none")
         nodes = Client(obj._state.db).job_nodes([job_id for _, job_id in named])
         site = self.admin_site.name
+        # A callback is a child of every member: its flow page shows the whole batch.
+        flow = reverse(f"{site}:awa_django_job_flow", args=[named[0][1]])
         return format_html(
-            '<ul class="awa-flow-nodes">{}</ul>',
+            '<ul class="awa-flow-nodes">{}</ul><p><a href="{}" id="awa-batch-flow">Show the '
+            "batch's flow</a></p>",
             format_html_join(
                 "",
                 "<li><code>{}</code> {} {}</li>",
@@ -137,6 +141,7 @@ class BatchAdmin(AdminGuard, ReplicaReadsMixin, _ModelAdmin):
                     for (name, _), node in zip(named, nodes, strict=True)
                 ),
             ),
+            flow,
         )
 
     @admin.display(description="members")

@@ -163,6 +163,8 @@ def test_the_batch_list_and_detail_show_counts_callbacks_and_members(admin_clien
         link = reverse("admin:awa_django_job_change", args=[job_id])
         assert re.search(rf'<code>{name}</code> <a href="{link}">#{job_id}</a>', text)
     assert text.count("awa-state-completed") >= 3 and "and 10 more" in text
+    flow = reverse("admin:awa_django_job_flow", args=[progress.on_success_id])
+    assert f'<a href="{flow}" id="awa-batch-flow">' in text
     member_page = detail(admin_client, members[0])
     batch_link = reverse("admin:awa_django_batch_change", args=[batch])
     assert f'<a href="{batch_link}">batch {batch}</a>: 4 of 60 ended (3 completed, 1 failed' in (
