@@ -209,3 +209,27 @@ def test_job_flow_reads_a_bounded_number_of_statements(django_assert_max_num_que
     # Depth bounds it too: from the chain's head, one edge away is one job.
     near = Client().job_flow(chained[0].id, depth=1)
     assert [n.id for n in near.nodes] == [chained[0].id, chained[1].id] and near.truncated
+
+
+def test_the_batch_pages_name_batches_in_words(admin_client: Any) -> None:
+    """Core gap (reported to the lead): the Batch model has no verbose_name_plural (the
+    admin says "Batchs") and no __str__ (the detail title says "Batch object (1)"). The
+    plural is a model option, so its fix needs the core's migration."""
+    batch = awa_django.batch([AccNoop(1)])
+    index = admin_client.get(reverse("admin:app_list", args=["awa_django"])).content.decode()
+    assert ">Batches<" in index and ">Batchs<" not in index
+    page = admin_client.get(reverse("admin:awa_django_batch_change", args=[batch]))
+    assert "Batch object" not in page.content.decode()
+
+
+def test_job_flow_puts_each_job_one_generation_after_its_latest_parent() -> None:
+    """A diamond with a shortcut: d waits on b (generation 1) and on a (0), so it is 2."""
+    a = awa_django.enqueue(AccNoop(1))
+    b = awa_django.enqueue(AccNoop(2), after=[a])
+    c = awa_django.enqueue(AccNoop(3), after=[a])
+    d = awa_django.enqueue(AccNoop(4), after=[b, c, a])
+    flow = Client().job_flow(c.id)
+    assert [(n.id, n.generation) for n in flow.nodes] == [(a.id, 0), (b.id, 1), (c.id, 1),
+                                                          (d.id, 2)]  # fmt: skip
+    assert not flow.truncated and flow.node(d.id).parents == (a.id, b.id, c.id)  # type: ignore[union-attr]
+    assert [n.id for n in flow.children] == [d.id] and [n.id for n in flow.parents] == [a.id]
