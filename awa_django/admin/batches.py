@@ -1,14 +1,15 @@
 """Batches in the admin (docs/workflows.md, "Admin"): a read-only list with each batch's
 counts (ended of total: completed, failed, cancelled) and a filter by finished or not, and
 a detail page with its progress, its callbacks and its first members with their live
-states. The counts are the batch row's own, kept by the fan-in trigger in each member's
-transition; members' states are read through the Client."""
+states; the *Cancel selected batches* action (and the detail page's *Cancel* button) takes
+the jobs' `cancel_job` permission. The counts are the batch row's own, kept by the fan-in
+trigger in each member's transition; members' states are read through the Client."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -17,12 +18,15 @@ from django.utils.safestring import SafeString
 
 from awa_django.admin import detail, flows
 from awa_django.admin.guard import AdminGuard
-from awa_django.admin.routing import ReplicaReadsMixin
+from awa_django.admin.object_actions import Button, ObjectActionsMixin
+from awa_django.admin.routing import ReplicaReadsMixin, primary
 from awa_django.client import Client
 from awa_django.storage.workflows import Batch
 
 # The detail page lists this many members (ascending ids); the counts cover them all.
 MEMBERS_SHOWN = 50
+# One cancel action takes at most this many batches.
+MAX_SELECTED = 100
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Batch]
@@ -45,7 +49,7 @@ class FinishedFilter(admin.SimpleListFilter):
         return queryset
 
 
-class BatchAdmin(AdminGuard, ReplicaReadsMixin, _ModelAdmin):
+class BatchAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     list_display = (
         "id",
         "ended_of_total",
@@ -60,6 +64,7 @@ class BatchAdmin(AdminGuard, ReplicaReadsMixin, _ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
+    actions = ["cancel_batches"]
     readonly_fields = (
         "id",
         "ended_of_total",
@@ -102,7 +107,25 @@ class BatchAdmin(AdminGuard, ReplicaReadsMixin, _ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Batch | None = None) -> bool:
         return False  # pruning removes a batch with its members
 
+    def has_cancel_batch_permission(self, request: HttpRequest) -> bool:
+        # Cancelling a batch cancels jobs: the jobs' own permission.
+        return request.user.has_perm(f"{self.opts.app_label}.cancel_job")
+
+    @admin.action(permissions=["cancel_batch"], description="Cancel selected batches")
+    def cancel_batches(self, request: HttpRequest, queryset: QuerySet[Batch]) -> None:
+        """`Client.cancel_batch` for each: its callbacks and every member not yet ended."""
+        ids = list(queryset.order_by().values_list("id", flat=True)[: MAX_SELECTED + 1])
+        if len(ids) > MAX_SELECTED:
+            messages.error(request, f"Select at most {MAX_SELECTED} batches for this action.")
+            return
+        cancelled = Client(primary(Batch)).cancel_batches(ids)
+        noun = "batch" if len(ids) == 1 else "batches"
+        messages.success(request, f"{len(ids)} {noun} cancelled: {len(cancelled)} jobs.")
+
     # -- list and detail ------------------------------------------------------------------
+    def object_buttons(self, obj: Batch) -> list[Button]:
+        return [] if obj.finished_at else [Button("cancel_batches", "Cancel", danger=True)]
+
     @admin.display(description="ended")
     def ended_of_total(self, obj: Batch) -> str:
         ended = obj.completed + obj.failed + obj.cancelled

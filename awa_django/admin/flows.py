@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from awa_django.admin.routing import read_alias
+from awa_django.admin.routing import primary, read_alias
 from awa_django.client import Client
 from awa_django.client.flow_verbs import FLOW_LIMIT
 from awa_django.exceptions import BatchNotFound, JobNotFound
@@ -27,6 +28,9 @@ from awa_django.snapshot import DEAD_LETTERED, GONE, BatchProgress, FlowNode, Jo
 
 # The detail page lists at most this many parents and children; the flow page shows more.
 DETAIL_LIMIT = 20
+# "Cancel with waiting children" takes at most this many selected jobs (their waiting
+# descendants are found in one statement and cancelled in one more).
+MAX_FLOWS = 1_000
 FLOW_FIELDS = ("flow_parents", "flow_children", "flow_batch")
 
 if TYPE_CHECKING:
@@ -121,6 +125,25 @@ class FlowDetailMixin(_Base):
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/awa_django/job/flow.html", context)
+
+
+@admin.action(
+    permissions=["cancel_job"], description="Cancel selected jobs and the jobs waiting on them"
+)
+def cancel_flows(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+    """`Client.cancel(..., cascade=True)` for the selection: each job and every job still
+    waiting on it, whatever their policy (a later retry of the job does not restore them)."""
+    ids = list(queryset.order_by().values_list("id", flat=True)[: MAX_FLOWS + 1])
+    if len(ids) > MAX_FLOWS:
+        messages.error(request, f"Select at most {MAX_FLOWS} jobs for this action.")
+        return
+    cancelled = Client(primary(queryset.model)).cancel_flows(ids)
+    waiting = len([r for r in cancelled if r.id not in ids])
+    messages.success(
+        request,
+        f"{len(cancelled) - waiting} of {len(ids)} selected jobs cancelled, with {waiting} "
+        "jobs waiting on them.",
+    )
 
 
 def _row(site: str, node: FlowNode, flow: JobFlow) -> dict[str, Any]:

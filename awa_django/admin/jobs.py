@@ -27,7 +27,7 @@ from django.utils.safestring import SafeString
 
 from awa_django.admin import actions, dashboard, detail, history, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
-from awa_django.admin.flows import FlowDetailMixin
+from awa_django.admin.flows import FlowDetailMixin, cancel_flows
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
 from awa_django.admin.guard import AdminGuard
 from awa_django.admin.object_actions import Button, ObjectActionsMixin
@@ -133,6 +133,7 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, FlowDetailMixin, ReplicaReadsMixi
     actions = [
         actions.retry_jobs,
         actions.cancel_jobs,
+        cancel_flows,
         actions.complete_callbacks,
         actions.fail_callbacks,
         actions.retry_callbacks,
@@ -282,6 +283,8 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, FlowDetailMixin, ReplicaReadsMixi
             ]
         if obj.state not in TERMINAL_STATES:
             buttons.append(Button("cancel_jobs", "Cancel", danger=True))
+        if obj.state not in TERMINAL_STATES and obj.has_dependents:
+            buttons.append(Button("cancel_flows", "Cancel with waiting children", danger=True))
         return buttons
 
     def _lease(self, obj: Job) -> ActiveLease | None:

@@ -1,12 +1,13 @@
-"""The Client's flow reads for operators (docs/workflows.md, "Admin"): the jobs connected to
-a job through its dependencies, and the batch it belongs to. Read-only; the ORM side of
-storage is imported on first use, as in observability.py."""
+"""The Client's flow verbs for operators (docs/workflows.md, "Admin"): the jobs connected to
+a job through its dependencies and the batch it belongs to (reads; the ORM side of storage
+is imported on first use, as in observability.py), and cancelling several flows at once."""
 
 from __future__ import annotations
 
 from awa_django.client.twins import async_twin
 from awa_django.exceptions import InvalidFlowQuery, JobNotFound
-from awa_django.snapshot import FlowNode, JobFlow
+from awa_django.snapshot import FlowNode, JobFlow, JobSnapshot
+from awa_django.storage.sql import workflows as workflows_sql
 
 # The admin's flow page: at most this many jobs, up to this many edges away.
 FLOW_LIMIT = 200
@@ -19,6 +20,27 @@ class FlowVerbs:
     @property
     def using(self) -> str:  # the Client's database alias
         raise NotImplementedError
+
+    def cancel_many(self, job_ids: list[int]) -> list[JobSnapshot]:  # the Client's
+        raise NotImplementedError
+
+    def cancel_flows(self, job_ids: list[int]) -> list[JobSnapshot]:
+        """`cancel(job_id, cascade=True)` for each of `job_ids` in one statement: the jobs
+        and every job still waiting on one of them (directly or through other waiting
+        jobs); the rows cancelled. Fires Cancelled for each."""
+        for job_id in job_ids:
+            _check(job_id=job_id)
+        waiting = workflows_sql.job_waiting_descendants(ids=list(job_ids)).run(self.using)
+        return self.cancel_many(sorted({*job_ids, *waiting}))
+
+    def cancel_batches(self, batch_ids: list[int]) -> list[JobSnapshot]:
+        """`cancel_batch` for each of `batch_ids` in one statement: their callbacks and
+        every member not yet ended; the rows cancelled. BatchNotFound for an unknown id
+        (nothing is cancelled then)."""
+        from awa_django.client import workflows
+
+        targets = [i for b in batch_ids for i in workflows.batch_cancel_targets(self.using, b)]
+        return self.cancel_many(sorted(set(targets)))
 
     def job_flow(self, job_id: int, *, limit: int = FLOW_LIMIT, depth: int = FLOW_DEPTH) -> JobFlow:
         """The jobs connected to job `job_id` through dependency edges (its parents, their
@@ -51,6 +73,8 @@ class FlowVerbs:
             _check(job_id=job_id)
         return flows.job_nodes(job_ids, using=self.using)
 
+    acancel_flows = async_twin(cancel_flows)
+    acancel_batches = async_twin(cancel_batches)
     ajob_flow = async_twin(job_flow)
     ajob_nodes = async_twin(job_nodes)
     ajob_batch = async_twin(job_batch)

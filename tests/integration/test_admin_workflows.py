@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 import awa_django
@@ -233,3 +234,63 @@ def test_job_flow_puts_each_job_one_generation_after_its_latest_parent() -> None
                                                           (d.id, 2)]  # fmt: skip
     assert not flow.truncated and flow.node(d.id).parents == (a.id, b.id, c.id)  # type: ignore[union-attr]
     assert [n.id for n in flow.children] == [d.id] and [n.id for n in flow.parents] == [a.id]
+
+
+# -- cancelling flows and batches from the admin ----------------------------------------------
+@pytest.fixture
+def operator(django_user_model: Any, client: Any) -> Any:
+    """A staff user who may view jobs and batches, plus `codenames`; logged in."""
+
+    def login(*codenames: str) -> Any:
+        user = django_user_model.objects.create_user("op", password="pw", is_staff=True)
+        wanted = {"view_job", "view_batch", *codenames}
+        user.user_permissions.add(
+            *Permission.objects.filter(content_type__app_label="awa_django", codename__in=wanted)
+        )
+        client.force_login(user)
+        return client
+
+    return login
+
+
+def test_cancel_with_waiting_children_cancels_the_rest_of_the_chain(operator: Any) -> None:
+    client = operator("cancel_job")
+    head, middle, tail = awa_django.chain(AccNoop(1), AccNoop(2), AccNoop(3))
+    plain = awa_django.enqueue(AccNoop(4))
+    assert 'id="awa-act-cancel_flows"' in detail(client, head.id)
+    assert 'id="awa-act-cancel_flows"' not in detail(client, plain.id)
+    url = reverse("admin:awa_django_job_act", args=[head.id, "cancel_flows"])
+    page = client.post(url, follow=True).content.decode()
+    assert "1 of 1 selected jobs cancelled, with 2 jobs waiting on them." in page
+    states = dict(Job.objects.filter(id__in=[head.id, middle.id, tail.id, plain.id])
+                  .values_list("id", "state"))  # fmt: skip
+    assert states == {head.id: "cancelled", middle.id: "cancelled", tail.id: "cancelled",
+                      plain.id: "available"}  # fmt: skip
+
+
+def test_cancelling_flows_and_batches_needs_the_cancel_permission(operator: Any) -> None:
+    client = operator()  # may view, not cancel
+    head, _ = awa_django.chain(AccNoop(1), AccNoop(2))
+    batch = awa_django.batch([AccNoop(3)])
+    assert "awa-act-cancel_flows" not in detail(client, head.id)
+    page = client.get(reverse("admin:awa_django_batch_change", args=[batch])).content.decode()
+    assert "awa-act-cancel_batches" not in page
+    for model, pk, action in (("job", head.id, "cancel_flows"), ("batch", batch, "cancel_batches")):
+        url = reverse(f"admin:awa_django_{model}_act", args=[pk, action])
+        assert client.post(url).status_code == 403
+    assert not Job.objects.filter(state="cancelled").exists()
+
+
+def test_cancel_a_batch_from_its_page(operator: Any) -> None:
+    client = operator("cancel_job")
+    batch = awa_django.batch([AccNoop(i) for i in range(3)], on_complete=AccNoop(-1))
+    members = Client().batch_members(batch)
+    complete(members[0])
+    url = reverse("admin:awa_django_batch_act", args=[batch, "cancel_batches"])
+    page = client.post(url, follow=True).content.decode()
+    assert "1 batch cancelled: 3 jobs." in page  # two members and the callback
+    progress = Client().batch_progress(batch)
+    assert (progress.completed, progress.cancelled, progress.is_finished) == (1, 2, True)
+    assert Job.objects.get(id=progress.on_complete_id).state == "cancelled"
+    page = client.get(reverse("admin:awa_django_batch_change", args=[batch])).content.decode()
+    assert "awa-act-cancel_batches" not in page  # finished: nothing left to cancel
