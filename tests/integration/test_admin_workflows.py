@@ -291,6 +291,6 @@ def test_cancel_a_batch_from_its_page(operator: Any) -> None:
     assert "1 batch cancelled: 3 jobs." in page  # two members and the callback
     progress = Client().batch_progress(batch)
     assert (progress.completed, progress.cancelled, progress.is_finished) == (1, 2, True)
-    assert Job.objects.get(id=progress.on_complete_id).state == "cancelled"
+    assert Job.objects.get(id=int(progress.on_complete_id or 0)).state == "cancelled"
     page = client.get(reverse("admin:awa_django_batch_change", args=[batch])).content.decode()
     assert "awa-act-cancel_batches" not in page  # finished: nothing left to cancel
