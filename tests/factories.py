@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import factory
+from django.db import connection
 from django.db.models import Model
 from django.utils import timezone
 
@@ -38,6 +39,33 @@ class JobFactory(ModelFactory[Job]):
     state = "available"
     priority = DEFAULT_PRIORITY
     max_attempts = DEFAULT_MAX_ATTEMPTS
+
+
+def old_schema_job(
+    queue: str,
+    state: str,
+    *,
+    tags: list[str] | None = None,
+    attempt: int = 0,
+    run_lease: int = 0,
+) -> Job:
+    """A job row written with the columns every migration since 0001 has, for the upgrade
+    tests that migrate back first: the ORM's INSERT names every column of the current
+    model (0013's workflow flags included), which an older schema lacks. Returns an
+    unsaved Job carrying the row's id and the given values."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, "
+            "max_attempts, run_lease, errors, metadata, tags, attempted_by) "
+            "VALUES ('send_receipt', %s, '{}', %s, %s, %s, %s, %s, '[]', '{}', %s, '{}') "
+            "RETURNING id",
+            [queue, state, DEFAULT_PRIORITY, attempt, DEFAULT_MAX_ATTEMPTS, run_lease, tags or []],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    return Job(
+        id=row[0], queue=queue, state=state, tags=tags or [], attempt=attempt, run_lease=run_lease
+    )
 
 
 class DeadLetterFactory(ModelFactory[DeadLetter]):

@@ -23,7 +23,7 @@ from awa_django.storage.models import ActiveLease, Job, has_tag, in_queue
 from awa_django.storage.sql import bulk as bulk_sql
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.storage.sql.bulk import Window
-from tests.factories import JobFactory
+from tests.factories import JobFactory, old_schema_job
 from tests.integration.sql_helpers import explain
 
 Q = "diet-q"
@@ -62,7 +62,7 @@ def at_0009() -> Iterator[None]:
 def in_flight() -> dict[str, Job]:
     """A job in each state of the common life and a few others, with and without tags."""
     jobs = {
-        f"{state}{'_tagged' if tags else ''}": _old_row(state, tags)
+        f"{state}{'_tagged' if tags else ''}": old_schema_job(Q, state, tags=tags)
         for state in ("available", "running", "completed", "failed", "scheduled")
         for tags in ([], ["vip", "batch-7"])
     }
@@ -70,21 +70,6 @@ def in_flight() -> dict[str, Job]:
         job = jobs[name]
         ActiveLease.objects.create(job_id=job.pk, run_lease=job.run_lease, queue=Q, worker_id="w")
     return jobs
-
-
-def _old_row(state: str, tags: list[str]) -> Job:
-    """A job row written with 0009's columns only: the ORM's INSERT names every column of
-    the current model, later ones (0013's workflow flags) included."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO awa_jobs_hot (kind, queue, args, state, priority, attempt, "
-            "max_attempts, run_lease, errors, metadata, tags, attempted_by) "
-            "VALUES ('send_receipt', %s, '{}', %s, 2, 0, 25, 0, '[]', '{}', %s, '{}') "
-            "RETURNING id",
-            [Q, state, tags],
-        )
-        (job_id,) = cursor.fetchone()
-    return Job(id=job_id, queue=Q, state=state, tags=tags, run_lease=0)
 
 
 def rows() -> list[tuple[Any, ...]]:

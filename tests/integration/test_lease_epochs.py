@@ -23,6 +23,7 @@ from awa_django.storage.sql import leases as leases_sql
 from awa_django.storage.sql.fragments import EPOCH_SPACE
 from awa_django.worker.database import Database, connection_kwargs, without_flush_wait
 from tests.factories import JobFactory as BaseJobFactory
+from tests.factories import old_schema_job
 from tests.runtime_db import with_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -139,9 +140,9 @@ def at_0010() -> Iterator[None]:
 
 
 def test_migration_0011_upgrades_a_table_with_attempts_in_flight(at_0010: None) -> None:
-    running = JobFactory(state="running", attempt=1, run_lease=3)
+    running = old_schema_job(Q, "running", attempt=1, run_lease=3)
     ActiveLease.objects.create(job_id=running.pk, run_lease=3, queue=Q, worker_id="old")
-    waiting = JobFactory(state="available", run_lease=2)
+    waiting = old_schema_job(Q, "available", run_lease=2)
     call_command("migrate", "awa_django", verbosity=0)
 
     claimed = worker_claim()

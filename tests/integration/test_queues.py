@@ -188,6 +188,7 @@ def test_as_dict_lists_every_depth_state():
     doc = by_name(Client().queue_stats())["default"].as_dict()
     assert doc["depth"] == {
         "scheduled": 0,
+        "waiting_parents": 0,
         "available": 0,
         "running": 0,
         "waiting_external": 0,
