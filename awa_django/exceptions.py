@@ -47,6 +47,10 @@ class JobNotFound(AwaError):
     """No job with this id exists."""
 
 
+class InvalidFlowQuery(AwaError, ValueError):
+    """A flow read got an option out of range: job ids, limit and depth are ints >= 1."""
+
+
 class DeadLetterNotFound(AwaError):
     """No dead letter with this job id (never dead-lettered, retried, purged or pruned)."""
 

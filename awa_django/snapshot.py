@@ -344,3 +344,63 @@ class BatchProgress:
     @property
     def is_finished(self) -> bool:
         return self.ended >= self.total
+
+
+# A flow node's state when the job is no longer in the jobs table (docs/workflows.md):
+# moved to the dead letters, or pruned once nothing waited on it any more.
+DEAD_LETTERED = "dead_lettered"
+GONE = "gone"
+
+
+@dataclass(frozen=True, slots=True)
+class FlowNode:
+    """One job of a flow: its live state (or DEAD_LETTERED / GONE), and the parents of it
+    that the flow shows. `generation`: 0 for a job none of whose shown parents is in the
+    flow, else one more than its latest shown parent's."""
+
+    id: int
+    kind: str
+    queue: str
+    state: str
+    parents: tuple[int, ...]
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobWaiting:
+    """A child's counters (`awa_job_waits`): parents not yet ended, parents failed, its
+    `on_parent_failure` policy."""
+
+    pending_parents: int
+    failed_parents: int
+    on_parent_failure: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFlow:
+    """The jobs reachable from `job_id` through dependency edges (parents and children, at
+    most `depth` steps away), at most `limit` of them, ordered by generation then id.
+    `truncated`: more jobs are connected than shown. `parent_count` / `child_count`: the
+    job's own parents and children, all of them (the flow may show fewer)."""
+
+    job_id: int
+    nodes: tuple[FlowNode, ...]
+    truncated: bool
+    parent_count: int
+    child_count: int
+    waiting: JobWaiting | None
+    batch_id: int | None
+
+    def node(self, job_id: int) -> FlowNode | None:
+        return next((n for n in self.nodes if n.id == job_id), None)
+
+    @property
+    def parents(self) -> list[FlowNode]:
+        """The job's parents among the nodes shown."""
+        own = self.node(self.job_id)
+        return [n for n in self.nodes if own is not None and n.id in own.parents]
+
+    @property
+    def children(self) -> list[FlowNode]:
+        """The job's children among the nodes shown."""
+        return [n for n in self.nodes if self.job_id in n.parents]

@@ -42,6 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrency", type=int, default=10, help="drain scenarios: each worker process's slots"
     )
+    parser.add_argument(
+        "--flows", type=int, default=10_000, help="fan_in's parents, chains' chains of three"
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--profile-dir",
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         soak_rate=args.soak_rate,
         profile_dir=args.profile_dir,
         concurrency=args.concurrency,
+        flows=args.flows,
     )
     summaries, failed = [], False
     for name in selected(args.scenario):

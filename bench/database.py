@@ -25,6 +25,11 @@ AWA_TABLES = (
     "awa_leader_lease",
     "awa_dead_letters",
     "awa_bulk_operations",
+    # Workflows (bench/workflows.py): edges, waiting children's counters, batches.
+    "awa_job_dependencies",
+    "awa_job_waits",
+    "awa_batch_members",
+    "awa_batches",
 )
 
 

@@ -34,6 +34,7 @@ from .herd import herd
 from .soak import soak
 from .stats import latency_ms
 from .worker import WorkerProcess
+from .workflows import chains, fan_in
 
 POLL_INTERVAL = 0.02
 WARMUP_JOBS = 5
@@ -54,6 +55,7 @@ class Options:
     soak_rate: float = 1000.0  # jobs/s offered
     profile_dir: Path | None = None  # py-spy the drain workers (slows them: not comparable)
     concurrency: int = 10  # drain scenarios: the slots of each worker process
+    flows: int = 10_000  # fan_in: parents of the one child; chains: chains of three
 
 
 Scenario = Callable[[Options], dict[str, Any]]
@@ -438,6 +440,9 @@ SCENARIOS: dict[str, Scenario] = {
     "bulk_retry_unpaced": bulk_retry_unpaced,
     "bulk_control": bulk_control,
     "bulk_retry_paced": bulk_retry_paced,
+    # Jobs that wait for other jobs (issue 29; bench/workflows.py).
+    "fan_in": fan_in,
+    "chains": chains,
 }
 GROUPS = {
     "enqueue": [
@@ -467,6 +472,8 @@ GROUPS = {
         "drain_sync",
         "drain_sync_observed",
     ],
+    # Flows beside the plain drain they are held to (issue 29: at least 70 % of its jobs/s).
+    "workflows": ["drain_async", "fan_in", "chains"],
     # The soak takes half an hour: run it on its own (--scenario soak).
     "all": [name for name in SCENARIOS if name != "soak"],
 }

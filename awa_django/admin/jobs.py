@@ -27,6 +27,7 @@ from django.utils.safestring import SafeString
 
 from awa_django.admin import actions, dashboard, detail, history, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
+from awa_django.admin.flows import FlowDetailMixin, cancel_flows
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
 from awa_django.admin.guard import AdminGuard
 from awa_django.admin.object_actions import Button, ObjectActionsMixin
@@ -105,7 +106,7 @@ class JobQueueFilter(QueueFilter):
         return in_queue(value)
 
 
-class JobAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
+class JobAdmin(AdminGuard, ObjectActionsMixin, FlowDetailMixin, ReplicaReadsMixin, _ModelAdmin):
     list_display = (
         "id",
         "kind",
@@ -132,6 +133,7 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
     actions = [
         actions.retry_jobs,
         actions.cancel_jobs,
+        cancel_flows,
         actions.complete_callbacks,
         actions.fail_callbacks,
         actions.retry_callbacks,
@@ -158,6 +160,10 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
         "attempted_at",
         "finalized_at",
         "attempted_by",
+        # The Workflow panel, shown for a job in a flow (admin/flows.py).
+        "flow_parents",
+        "flow_children",
+        "flow_batch",
     )
     fieldsets = (
         (
@@ -277,6 +283,8 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
             ]
         if obj.state not in TERMINAL_STATES:
             buttons.append(Button("cancel_jobs", "Cancel", danger=True))
+        if obj.state not in TERMINAL_STATES and obj.has_dependents:
+            buttons.append(Button("cancel_flows", "Cancel with waiting children", danger=True))
         return buttons
 
     def _lease(self, obj: Job) -> ActiveLease | None:
@@ -362,5 +370,6 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, ReplicaReadsMixin, _ModelAdmin):
                 name="awa_django_dashboard_history",
             ),
             path("<int:object_id>/args/", wrap(self.args_view), name="awa_django_job_args"),
+            path("<int:object_id>/flow/", wrap(self.flow_view), name="awa_django_job_flow"),
         ]
         return own + super().get_urls()

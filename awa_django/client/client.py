@@ -23,6 +23,7 @@ from awa_django.client.bulk_verbs import BulkVerbs
 from awa_django.client.callbacks import DefaultAction, ResolveResult
 from awa_django.client.dead_letter_verbs import DeadLetterVerbs
 from awa_django.client.delivery import dispatch_on_commit
+from awa_django.client.flow_verbs import FlowVerbs
 from awa_django.client.history_verbs import HistoryVerbs
 from awa_django.client.key_verbs import KeyVerbs
 from awa_django.client.twins import async_twin
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from awa_django.storage.models import QueueState
 
 
-class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs):
+class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs, FlowVerbs):
     """Operations on jobs and queues through Django's database connection `using`
     (default: `AWA["DATABASE"]`). Every verb but the backend's `enqueue_task` has an
     `a`-prefixed async twin. The bulk operations come from `BulkVerbs` (bulk_verbs.py), the

@@ -31,6 +31,8 @@ logger = logging.getLogger("awa_django.backends")
 
 STATUS_FOR_STATE: dict[str, TaskResultStatus] = {
     JobState.SCHEDULED: TaskResultStatus.READY,
+    # Enqueued after parents (docs/workflows.md): not started, so ready as Django means it.
+    JobState.WAITING_PARENTS: TaskResultStatus.READY,
     JobState.AVAILABLE: TaskResultStatus.READY,
     JobState.RETRYABLE: TaskResultStatus.READY,
     JobState.WAITING_SLOT: TaskResultStatus.READY,  # queued behind its concurrency key

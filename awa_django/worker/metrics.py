@@ -87,6 +87,7 @@ class WorkerMetrics:
         self.queue_figures: dict[str, tuple[int, float]] = {}
         self.dead_letter_figures: dict[str, int] = {}
         self.keys_waiting: dict[str, int] = {}
+        self.waiting_parents_figures: dict[str, int] = {}
         if prometheus:
             self._build_prometheus()
         if otel:
@@ -175,6 +176,10 @@ class WorkerMetrics:
     def set_keys_waiting(self, figures: dict[str, int]) -> None:
         """The leader's latest {queue: jobs waiting for a concurrency-key slot}."""
         self.keys_waiting = figures
+
+    def set_waiting_parents_figures(self, figures: dict[str, int]) -> None:
+        """The leader's latest {queue: jobs in `waiting_parents`} (maintenance/depth.py)."""
+        self.waiting_parents_figures = figures
 
     # -- sinks -----------------------------------------------------------------------------
     def _count(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
@@ -300,7 +305,8 @@ INSTRUMENTS: dict[str, tuple[str, tuple[str, ...], str, tuple[float, ...]]] = {
 }
 # Gauges read at scrape time by _LiveCollector: awa_job_in_flight{queue},
 # awa_hook_backlog, awa_worker_leader, and on the leader awa_queue_depth{queue},
-# awa_queue_lag_seconds{queue}, awa_dead_letter_depth{queue} and awa_keys_waiting{queue}.
+# awa_queue_lag_seconds{queue}, awa_dead_letter_depth{queue}, awa_keys_waiting{queue} and
+# awa_queue_waiting_parents{queue}.
 
 
 class _RecordedCollector:
@@ -366,8 +372,9 @@ class _LiveCollector:
         )
         if leading:
             yield from _queue_gauges(m.queue_figures)
-            yield _dead_letter_gauge(m.dead_letter_figures)
-            yield _keys_waiting_gauge(m.keys_waiting)
+            yield _per_queue_gauge("dead_letters", m.dead_letter_figures)
+            yield _per_queue_gauge("keys_waiting", m.keys_waiting)
+            yield _per_queue_gauge("waiting_parents", m.waiting_parents_figures)
 
 
 def _queue_gauges(figures: dict[str, tuple[int, float]]) -> Iterator[Any]:
@@ -388,27 +395,25 @@ def _queue_gauges(figures: dict[str, tuple[int, float]]) -> Iterator[Any]:
     yield lag
 
 
-def _dead_letter_gauge(figures: dict[str, int]) -> Any:
-    from prometheus_client.core import GaugeMetricFamily
-
-    gauge = GaugeMetricFamily(
-        "awa_dead_letter_depth",
-        "Jobs in the dead letters per queue (published by the leader).",
-        labels=["queue"],
-    )
-    for queue, entries in sorted(figures.items()):
-        gauge.add_metric([queue], entries)
-    return gauge
-
-
-def _keys_waiting_gauge(figures: dict[str, int]) -> Any:
-    from prometheus_client.core import GaugeMetricFamily
-
-    gauge = GaugeMetricFamily(
+# The leader's per-queue gauges beside depth and lag: name, help.
+_PER_QUEUE_GAUGES = {
+    "dead_letters": ("awa_dead_letter_depth", "Jobs in the dead letters per queue"),
+    "keys_waiting": (
         "awa_keys_waiting",
-        "Jobs waiting for a concurrency-key slot per queue (published by the leader).",
-        labels=["queue"],
-    )
+        "Jobs waiting for a concurrency-key slot per queue",
+    ),
+    "waiting_parents": (
+        "awa_queue_waiting_parents",
+        "Jobs waiting for their parents per queue",
+    ),
+}
+
+
+def _per_queue_gauge(which: str, figures: dict[str, int]) -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    name, help_text = _PER_QUEUE_GAUGES[which]
+    gauge = GaugeMetricFamily(name, f"{help_text} (published by the leader).", labels=["queue"])
     for queue, jobs in sorted(figures.items()):
         gauge.add_metric([queue], jobs)
     return gauge

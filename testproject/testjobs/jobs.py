@@ -368,3 +368,51 @@ def acc_keyed(job: JobContext[AccKeyed]) -> None:
 @awa_django.job(AccKeyedSerial, queue="acc-keys", concurrency_key=lambda a: a.key, max_in_flight=1)
 def acc_keyed_serial(job: JobContext[AccKeyedSerial]) -> None:
     _run_keyed(job)
+
+
+# -- flows under crashes (tests/acceptance/test_flows_worker.py) ----------------------------
+
+
+@dataclass
+class AccFlowParent:
+    """One of a flow's parents: records its execution, sleeps `seconds` (ignoring the
+    cancel flag, like a handler stuck in I/O), and returns `{"n": n}` as its result."""
+
+    n: int
+    seconds: float = 0.0
+
+
+@awa_django.job(AccFlowParent, queue="acc")
+def acc_flow_parent(job: JobContext[AccFlowParent]) -> None:
+    record(job)
+    time.sleep(job.args.seconds)
+    job.result = {"n": job.args.n}
+
+
+@dataclass
+class AccFlowChild:
+    """A flow's child: records its execution and fails for good unless it reads the
+    results of all `parents` of its flow."""
+
+    flow: int
+    parents: int = 3
+
+
+@awa_django.job(AccFlowChild, queue="acc")
+def acc_flow_child(job: JobContext[AccFlowChild]) -> None:
+    record(job)
+    results = job.parent_results()
+    if len(results) != job.args.parents:
+        raise awa_django.TerminalError(f"read {len(results)} parent results: {results!r}")
+
+
+@dataclass
+class AccFlowCallback:
+    """A batch's completion callback: records its execution."""
+
+    batch: int
+
+
+@awa_django.job(AccFlowCallback, queue="acc")
+def acc_flow_callback(job: JobContext[AccFlowCallback]) -> None:
+    record(job)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+import awa_django
 from awa_django.storage.models import (
     ActiveLease,
     CronSchedule,
@@ -20,6 +21,7 @@ from awa_django.storage.models import (
     QueueRollup,
     WorkerInstance,
 )
+from testproject.testjobs.jobs import AccNoop
 from tests.factories import DeadLetterFactory, JobFactory
 
 from .test_dashboard_e2e import log_in, operator
@@ -146,7 +148,19 @@ def _fixtures() -> dict[str, Any]:
         for q in ("default", "email", "payments-eu", "bulk-imports")
         for m in range(1, 30)
     )
-    return {**jobs, "letter": letter}
+    return {**jobs, "letter": letter, **_flows()}
+
+
+def _flows() -> dict[str, Any]:
+    """A chain, a group with its child (one member completed) and a batch of 60 with
+    callbacks: the Workflow panel, the flow pages and the batch pages."""
+    chained = awa_django.chain(AccNoop(1), AccNoop(2), AccNoop(3))
+    group = awa_django.group(*(AccNoop(n) for n in range(4, 10))).then(AccNoop(10))
+    Job.objects.filter(id=group.members[0].id).update(state="completed", attempt=1)
+    batch = awa_django.batch(
+        [AccNoop(n) for n in range(100, 160)], on_success=AccNoop(-1), on_complete=AccNoop(-2)
+    )
+    return {"chain": chained, "group": group, "batch": batch}
 
 
 def _pages(made: dict[str, Any]) -> dict[str, str]:
@@ -166,6 +180,11 @@ def _pages(made: dict[str, Any]) -> dict[str, str]:
     }
     for state in ("failed", "retryable", "running", "waiting_external"):
         pages[f"job_detail_{state}"] = f"{admin}/job/{made[state].pk}/change/"
+    pages["job_detail_in_a_flow"] = f"{admin}/job/{made['group'].child.id}/change/"
+    pages["job_flow_chain"] = f"{admin}/job/{made['chain'][1].id}/flow/"
+    pages["job_flow_group"] = f"{admin}/job/{made['group'].child.id}/flow/"
+    pages["batch_list"] = f"{admin}/batch/"
+    pages["batch_detail"] = f"{admin}/batch/{made['batch']}/change/"
     pages["job_history"] = f"{admin}/job/{made['failed'].pk}/history/"
     pages["job_delete"] = f"{admin}/job/{made['failed'].pk}/delete/"
     return pages

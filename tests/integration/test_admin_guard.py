@@ -22,8 +22,10 @@ from django.urls import URLPattern, reverse
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import awa_django
 from awa_django.admin.guard import GUARDED, AdminGuard, filter_parameters
 from awa_django.storage.models import CronSchedule, DeadLetter, Job
+from testproject.testjobs.jobs import AccNoop
 from tests.factories import CronScheduleFactory, DeadLetterFactory, JobFactory
 from tests.integration.test_callbacks import ParkedJobFactory
 
@@ -43,6 +45,7 @@ def test_every_admin_of_the_package_stands_behind_the_guard() -> None:
         "JobAdmin",
         "DeadLetterAdmin",
         "CronScheduleAdmin",
+        "BatchAdmin",
     }
     for model_admin in admins:
         kind = type(model_admin)
@@ -177,10 +180,13 @@ def fill(route: str, segment: str) -> str:
 @pytest.fixture
 def rows(db: Any) -> dict[str, str]:
     job = JobFactory(state="failed", queue="email", kind="send_receipt", tags=["vip"])
+    # The job has a child, so its detail page shows its Workflow panel.
+    awa_django.enqueue(AccNoop(3), after=[job.pk], on_parent_failure="run")
     return {
         "job": str(job.pk),
         "deadletter": str(DeadLetterFactory().pk),
         "cronschedule": quote(CronScheduleFactory(name="nightly.report").pk, safe=""),
+        "batch": str(awa_django.batch([AccNoop(1)], on_complete=AccNoop(2))),
     }
 
 

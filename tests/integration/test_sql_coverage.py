@@ -28,6 +28,7 @@ from tests.integration import (
     test_sql_unique,
     test_sql_wakers,
     test_sql_workers,
+    test_workflow_observability,
 )
 
 # The observability statements are tested beside the figures they feed.
@@ -43,6 +44,7 @@ TEST_MODULES: tuple[ModuleType, ...] = (
     test_sql_unique,
     test_sql_wakers,
     test_observability,
+    test_workflow_observability,
 )
 
 

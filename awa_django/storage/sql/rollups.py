@@ -42,6 +42,24 @@ def _figures(rows: query.Rows, count: int) -> list[QueueFigure]:
     return [QueueFigure(queue, depth, max(lag, 0.0)) for queue, depth, lag in rows]
 
 
+# Params: none. Index: awa_jobs_state_id_part_idx (state, id) INCLUDE (queue), partial on
+# state NOT IN ('available', 'completed'), which `state = 'waiting_parents'` implies — an
+# index-only scan of that state's range, so the cost is the number of children waiting on
+# their parents (docs/workflows.md), never the table. The state is a literal so the
+# planner can prove the partial predicate.
+QUEUE_WAITING_PARENTS = Statement(
+    "queue_waiting_parents",
+    """
+SELECT queue, count(*)::int FROM awa_jobs_hot WHERE state = 'waiting_parents' GROUP BY queue
+""",
+)
+
+
+def queue_waiting_parents() -> Query[dict[str, int]]:
+    """{queue: jobs waiting on their parents} for every queue that has any (absent: 0)."""
+    return Query(QUEUE_WAITING_PARENTS, {}, _depths)
+
+
 # Params: none. Index: awa_dead_letters_queue_idx (queue, dead_lettered_at) — an index-only
 # scan grouped on its leading column, so the table's wide rows are never read; its cost
 # is the number of dead letters kept (DEAD_LETTER_RETENTION prunes them).

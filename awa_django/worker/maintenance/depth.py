@@ -1,7 +1,7 @@
-"""Measures each queue's depth, lag, dead letters and jobs waiting for a concurrency-key
-slot once for the whole fleet: the leader runs a few indexed queries and publishes the
-figures through its own metrics endpoint, so no scrape of any worker touches the jobs
-tables (decision 021)."""
+"""Measures each queue's depth, lag, dead letters, waiting children and jobs waiting
+for a concurrency-key slot once for the whole fleet: the leader runs a few indexed queries
+and publishes the figures through its own metrics endpoint, so no scrape of any worker
+touches the jobs tables (decision 021)."""
 
 from __future__ import annotations
 
@@ -29,4 +29,6 @@ class QueueDepth:
         # Jobs waiting for a concurrency-key slot, per queue: aggregated, never per key.
         waiting = dict.fromkeys(self.queues, 0) | await self.db.run(keys_sql.key_waiting_by_queue())
         self.metrics.set_keys_waiting(waiting)
+        children = await self.db.run(rollups_sql.queue_waiting_parents())
+        self.metrics.set_waiting_parents_figures(dict.fromkeys(self.queues, 0) | children)
         return figures
