@@ -51,7 +51,7 @@ def test_table_shows_each_queue_with_its_figures():
     header = lines[0].split()
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
 
-    assert header[:11] == [
+    assert header[:12] == [
         "queue",
         "scheduled",
         "waiting_parents",
