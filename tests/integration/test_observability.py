@@ -22,6 +22,7 @@ from awa_django.worker.maintenance.depth import QueueDepth
 from awa_django.worker.maintenance.rollup import Rollup
 from awa_django.worker.metrics import WorkerMetrics
 from tests.factories import DeadLetterFactory, JobFactory
+from tests.runtime_db import with_db
 
 Q = "obs"
 
@@ -156,15 +157,7 @@ def test_the_leader_publishes_a_dead_letter_depth_per_queue() -> None:
     DeadLetterFactory(queue="elsewhere")
     metrics = WorkerMetrics(prometheus=True)
 
-    async def main() -> None:
-        db = Database("default", "awa-obs-test", max_size=2)
-        await db.open()
-        try:
-            await QueueDepth(db, metrics, [Q, "idle"]).run_once()
-        finally:
-            await db.close()
-
-    asyncio.run(main())
+    with_db(lambda db: QueueDepth(db, metrics, [Q, "idle"]).run_once())
     assert "awa_dead_letter_depth" not in metrics.render().decode()  # the leader's only
     metrics.is_leader = lambda: True
     text = metrics.render().decode()

@@ -5,7 +5,6 @@ counts, and the `django.tasks` status of a task waiting on its parents."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import re
@@ -20,11 +19,11 @@ import awa_django
 from awa_django import Client
 from awa_django.storage.sql import rollups as rollups_sql
 from awa_django.tasks.framework import TaskResultStatus
-from awa_django.worker.database import Database
 from awa_django.worker.maintenance.depth import QueueDepth
 from awa_django.worker.metrics import WorkerMetrics
 from testproject.testjobs.jobs import AccNoop
 from tests import tasks_for_tests as t
+from tests.runtime_db import with_db
 
 from .test_backend import backend
 
@@ -56,15 +55,7 @@ def test_the_leader_publishes_the_jobs_waiting_for_their_parents_per_queue() -> 
     waiting_children(2)
     metrics = WorkerMetrics(prometheus=True)
 
-    async def main() -> None:
-        db = Database("default", "awa-wf-obs-test", max_size=2)
-        await db.open()
-        try:
-            await QueueDepth(db, metrics, [Q, "idle"]).run_once()
-        finally:
-            await db.close()
-
-    asyncio.run(main())
+    with_db(lambda db: QueueDepth(db, metrics, [Q, "idle"]).run_once())
     assert "awa_queue_waiting_parents" not in metrics.render().decode()  # the leader's only
     metrics.is_leader = lambda: True
     text = metrics.render().decode()
