@@ -13,7 +13,7 @@ from django.urls import reverse
 
 import awa_django
 from awa_django.storage.models import KeyLimit
-from tests.integration.test_concurrency_keys import KeyedPair
+from tests.integration.test_concurrency_keys import Keyed, KeyedPair
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +125,25 @@ def test_each_bad_value_is_a_message_never_a_500(
     assert response.status_code == 200
     assert messages_of(response)[0].startswith("Key limits not changed"), messages_of(response)
     assert not KeyLimit.objects.exists()
+
+
+def test_the_client_reads_one_kinds_busiest_keys_and_every_override() -> None:
+    from awa_django import Client
+    from awa_django.snapshot import KeyFigures
+
+    for tenant in ("acme", "acme", "acme", "globex"):
+        awa_django.enqueue(KeyedPair(tenant))
+    awa_django.enqueue(Keyed("acme"))  # another kind on the same key: not counted
+    client = Client()
+    assert client.busiest_keys(10, kind="keyed_pair") == [
+        KeyFigures("acme", 2, 1),
+        KeyFigures("globex", 1, 0),
+    ]
+    assert client.busiest_keys(1, kind="keyed_pair") == [KeyFigures("acme", 2, 1)]
+    assert client.busiest_keys(10, kind="nobody") == []
+    with pytest.raises(awa_django.InvalidEnqueueOption):
+        client.busiest_keys(10, kind="")
+    client.set_key_limits("keyed_pair", max_in_flight=4, by="ops")
+    assert {k: (r.max_in_flight, r.updated_by) for k, r in client.key_overrides().items()} == {
+        "keyed_pair": (4, "ops")
+    }
