@@ -185,3 +185,18 @@ def test_the_sweep_under_a_paused_queue_admits_up_to_the_max_and_nothing_runs() 
     Client().resume_queue(QUEUE)
     assert len(claim(queue=QUEUE, limit=10)) == 3
     assert_rule("acme", 3)
+
+
+def test_a_kind_with_a_lower_max_on_a_shared_key_waits_for_the_key_to_drain_below_it() -> None:
+    """Two kinds, one key: `keyed` (max 1) is admitted only while the key's admitted jobs of
+    every kind fit its own max, never beside a `keyed_pair` job in slot 1."""
+    pair = [awa_django.enqueue(KeyedPair("acme")).id for _ in range(2)]
+    single = enqueue("acme")
+    assert state(single) == "waiting_slot"
+    Client().cancel(pair[0])  # slot 0 frees; slot 1 is still held
+    assert state(single) == "waiting_slot"
+    assert_rule("acme", 1)
+    assert keys_sql.job_admit_waiting(limit=100).run("default") == 0
+    Client().cancel(pair[1])
+    assert state(single) == "available"
+    assert_rule("acme", 1)
