@@ -9,7 +9,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from awa_django.conf import validate_queue_name
-from awa_django.exceptions import InvalidQueueName
+from awa_django.exceptions import AwaError, InvalidQueueName
+from awa_django.keys import MAX_IN_FLIGHT
+from awa_django.options import check_kind
 
 MAX_ERROR_CHARS = 2000
 
@@ -71,6 +73,37 @@ class QueueLimitsForm(forms.Form):
         try:
             return validate_queue_name(queue)
         except InvalidQueueName as exc:
+            raise ValidationError(str(exc)) from exc
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        if data.get("burst") is not None and data.get("rate") is None:
+            raise ValidationError("A burst needs a rate.")
+        return data
+
+    def rate_limit(self) -> tuple[float, int] | float | None:
+        """(rate, burst), a bare rate (burst derived from it), or None."""
+        rate, burst = self.cleaned_data.get("rate"), self.cleaned_data.get("burst")
+        if rate is None:
+            return None
+        return rate if burst is None else (rate, burst)
+
+
+class KeyLimitsForm(forms.Form):
+    """The keys page's runtime per-key limits of one kind (Client.set_key_limits); a blank
+    field keeps the declared value, "clear" drops the kind's override."""
+
+    kind = forms.CharField(max_length=200, strip=False)
+    operation = forms.ChoiceField(choices=[("set", "set"), ("clear", "clear")])
+    max_in_flight = forms.IntegerField(required=False, min_value=1, max_value=MAX_IN_FLIGHT)
+    rate = forms.FloatField(required=False, min_value=0.001, help_text="jobs per second")
+    burst = forms.IntegerField(required=False, min_value=1)
+
+    def clean_kind(self) -> str:
+        kind: Any = self.cleaned_data["kind"]
+        try:
+            return check_kind(kind)
+        except AwaError as exc:
             raise ValidationError(str(exc)) from exc
 
     def clean(self) -> dict[str, Any]:

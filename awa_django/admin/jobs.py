@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from awa_django.admin import actions, dashboard, detail, history, limits
+from awa_django.admin import actions, dashboard, detail, history, key_limits, limits
 from awa_django.admin.filters import KindFilter, QueueFilter
 from awa_django.admin.flows import FlowDetailMixin, cancel_flows
 from awa_django.admin.forms import CompleteCallbackForm, FailCallbackForm
@@ -363,6 +363,16 @@ class JobAdmin(AdminGuard, ObjectActionsMixin, FlowDetailMixin, ReplicaReadsMixi
                 "dashboard/limits/",
                 wrap(lambda request: limits.queue_limits_view(self, request)),
                 name="awa_django_queue_limits",
+            ),
+            path(
+                "dashboard/keys/",
+                wrap(lambda request: key_limits.keys_view(self, request)),
+                name="awa_django_keys",
+            ),
+            path(
+                "dashboard/keys/limits/",
+                wrap(lambda request: key_limits.key_limits_view(self, request)),
+                name="awa_django_key_limits",
             ),
             path(
                 "dashboard/history/",

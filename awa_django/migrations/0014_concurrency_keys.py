@@ -71,7 +71,11 @@ END $$;
 -- key below the key's max, locked FOR UPDATE SKIP LOCKED, then a token if the key is rate
 -- limited; the slot's job_id is set to the job. No free slot: `waiting_slot`. No token:
 -- `scheduled` at the next token (promotion brings it back here). Exact: a slot row holds
--- one job id at a time and is written only under its row lock.
+-- one job id at a time and is written only under its row lock. While a job still holds a
+-- slot at or above the max (the max was lowered under it), nobody is admitted: otherwise
+-- a freed low slot would be taken beside it, and more than the new max would be admitted.
+-- Such slots are never taken again under that max, and a release not yet committed reads
+-- as held, so the check is conservative; the release of the last one hands off as usual.
 CREATE OR REPLACE FUNCTION awa_key_admit(j awa_jobs_hot) RETURNS awa_jobs_hot
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -82,6 +86,11 @@ DECLARE
     free smallint;
     wait float8;
 BEGIN
+    IF EXISTS (SELECT 1 FROM awa_key_slots s WHERE s.key_digest = j.concurrency_key
+               AND s.slot >= max_in_flight AND s.job_id IS NOT NULL) THEN
+        j.state := 'waiting_slot';
+        RETURN j;
+    END IF;
     SELECT s.slot INTO free FROM awa_key_slots s
     WHERE s.key_digest = j.concurrency_key AND s.slot < max_in_flight AND s.job_id IS NULL
     ORDER BY s.slot LIMIT 1 FOR UPDATE SKIP LOCKED;

@@ -170,6 +170,7 @@ def _pages(made: dict[str, Any]) -> dict[str, str]:
         "app_index": f"{admin}/",
         "dashboard": f"{admin}/job/dashboard/",
         "dashboard_day": f"{admin}/job/dashboard/?range=day",
+        "keys": f"{admin}/job/dashboard/keys/",
         "job_list": f"{admin}/job/",
         "job_list_failed": f"{admin}/job/?state__exact=failed",
         "dead_letter_list": f"{admin}/deadletter/",

@@ -44,9 +44,11 @@ def connections() -> Iterator[tuple[psycopg.Connection[Any], psycopg.Connection[
         second.close()
 
 
-def enqueue(conn: psycopg.Connection[Any], key: str = "k") -> tuple[int, str]:
+def enqueue(
+    conn: psycopg.Connection[Any], key: str = "k", max_in_flight: int = 1
+) -> tuple[int, str]:
     """A keyed job inserted on `conn`, and its state after admission as `conn` sees it."""
-    row = conn.execute(INSERT, [metadata(key)]).fetchone()
+    row = conn.execute(INSERT, [metadata(key, max_in_flight)]).fetchone()
     assert row is not None
     admitted = conn.execute("SELECT state FROM awa_jobs_hot WHERE id = %s", [row[0]]).fetchone()
     assert admitted is not None
@@ -120,3 +122,34 @@ def test_the_first_use_of_a_key_serialises_on_its_slot_rows(connections: Any) ->
     second, second_state = result["job"]
     assert second_state == "waiting_slot"
     assert (state(first), state(second)) == ("available", "waiting_slot")
+
+
+def test_a_lowered_max_admits_nobody_while_a_high_slot_release_is_uncommitted(
+    connections: Any,
+) -> None:
+    a, b = connections
+    low, _ = enqueue(a, max_in_flight=2)
+    high, _ = enqueue(a, max_in_flight=2)
+    a.execute(
+        "INSERT INTO awa_key_limits (kind, max_in_flight, updated_by, updated_at) "
+        "VALUES ('race_keyed', 1, '', now())"
+    )
+    a.commit()
+    assert dict(KeySlot.objects.values_list("job_id", "slot")) == {low: 0, high: 1}
+    b.execute("UPDATE awa_jobs_hot SET state = 'completed' WHERE id = %s", [low])
+    b.commit()  # slot 0 is free; slot 1, above the new max, still held
+    a.execute("UPDATE awa_jobs_hot SET state = 'completed' WHERE id = %s", [high])
+    # The release of slot 1 is not committed (it may roll back): a newcomer must not take
+    # slot 0 beside it, or two would be admitted under a max of 1.
+    newcomer, newcomer_state = enqueue(b, max_in_flight=2)
+    b.commit()
+    assert newcomer_state == "waiting_slot"
+    a.rollback()  # the completion did not happen: `high` still holds slot 1
+    assert (state(high), state(newcomer)) == ("available", "waiting_slot")
+    assert keys_sql.job_admit_waiting(limit=10).run("default") == 0
+    a.execute("UPDATE awa_jobs_hot SET state = 'completed' WHERE id = %s", [high])
+    a.commit()  # its release hands slot 0 to the newcomer
+    assert state(newcomer) == "available"
+    assert list(KeySlot.objects.exclude(job_id=None).values_list("job_id", "slot")) == [
+        (newcomer, 0)
+    ]

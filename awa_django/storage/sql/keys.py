@@ -11,14 +11,16 @@ from awa_django.storage.sql import Statement
 
 # Params: limit. Run by the promoter each tick. The head of each key's waiting line (in
 # dispatch order) whose key has room, i.e. a slot row below its max that is free, or fewer
-# slot rows than its max, is moved to `available`, which runs the admission trigger: it
-# takes the slot or goes back to waiting_slot (a free slot another transaction holds
-# locked). Why a sweep at all, when every release hands its slot to the next waiting job:
-# admission never waits on a lock (SKIP LOCKED), so a job enqueued while a release of its
-# key is still uncommitted can miss that hand-off; and a raised max_in_flight has room
-# no release hands over. Index: awa_jobs_waiting_slot_idx (concurrency_key, priority,
-# run_at, id) WHERE state = 'waiting_slot', read in order, so DISTINCT ON takes each key's
-# first entry; keys without room cost one probe of awa_key_slots' primary key.
+# slot rows than its max, and no slot at or above its max still held (a lowered max: the
+# admission would refuse it, so moving it would only rewrite the row), is moved to
+# `available`, which runs the admission trigger: it takes the slot or goes back to
+# waiting_slot (a free slot another transaction holds locked). Why a sweep at all, when
+# every release hands its slot to the next waiting job: admission never waits on a lock
+# (SKIP LOCKED), so a job enqueued while a release of its key is still uncommitted can
+# miss that hand-off; and a raised max_in_flight has room no release hands over. Index:
+# awa_jobs_waiting_slot_idx (concurrency_key, priority, run_at, id) WHERE state =
+# 'waiting_slot', read in order, so DISTINCT ON takes each key's first entry; keys
+# without room cost a probe or two of awa_key_slots' primary key.
 JOB_ADMIT_WAITING = Statement(
     "job_admit_waiting",
     f"""
@@ -30,11 +32,14 @@ WITH heads AS (
     ORDER BY concurrency_key, priority, run_at, id
 ), roomy AS (
     SELECT h.id FROM heads h, LATERAL (SELECT awa_key_max(h.kind, h.spec) AS max) m
-    WHERE EXISTS (SELECT 1 FROM awa_key_slots s
-                  WHERE s.key_digest = h.concurrency_key AND s.slot < m.max
-                    AND s.job_id IS NULL)
-       OR (SELECT count(*) FROM awa_key_slots s
-           WHERE s.key_digest = h.concurrency_key AND s.slot < m.max) < m.max
+    WHERE (EXISTS (SELECT 1 FROM awa_key_slots s
+                   WHERE s.key_digest = h.concurrency_key AND s.slot < m.max
+                     AND s.job_id IS NULL)
+           OR (SELECT count(*) FROM awa_key_slots s
+               WHERE s.key_digest = h.concurrency_key AND s.slot < m.max) < m.max)
+      AND NOT EXISTS (SELECT 1 FROM awa_key_slots s
+                      WHERE s.key_digest = h.concurrency_key AND s.slot >= m.max
+                        AND s.job_id IS NOT NULL)
     LIMIT %(limit)s
 ), moved AS (
     UPDATE awa_jobs_hot j SET state = 'available'
