@@ -109,7 +109,9 @@ def _declared_limits() -> dict[str, str]:
         limits = settings.queue(definition.queue).key_limits(
             definition.max_in_flight, definition.key_rate_limit
         )
-        declared[definition.kind] = describe(limits.max_in_flight, limits.rate_limit)
+        declared[definition.kind] = describe(
+            limits.max_in_flight, limits.rate_limit, unset_rate="no rate limit"
+        )
     return declared
 
 
@@ -128,8 +130,11 @@ def _kind_row(kind: str, declared: str | None, override: Any, client: Client) ->
     )
 
 
-def describe(max_in_flight: int | None, rate: RateLimit | None) -> str:
-    """'max 3 in flight, 2/s (burst 4)'; a part left unset reads 'declared'."""
+def describe(
+    max_in_flight: int | None, rate: RateLimit | None, *, unset_rate: str = "rate declared"
+) -> str:
+    """'max 3 in flight, 2/s (burst 4)'. An override's part left unset reads 'declared'
+    (the declaration applies); a declaration without a rate says `unset_rate`."""
     cap = "max declared" if max_in_flight is None else f"max {max_in_flight} in flight"
-    pace = "rate declared" if rate is None else f"{rate.rate:g}/s (burst {rate.burst:g})"
+    pace = unset_rate if rate is None else f"{rate.rate:g}/s (burst {rate.burst:g})"
     return f"{cap}, {pace}"

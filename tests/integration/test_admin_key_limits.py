@@ -50,7 +50,7 @@ def test_the_page_lists_keyed_kinds_with_declared_limits_and_busiest_keys(
     awa_django.enqueue(KeyedPair("globex"))
     page = client.get(reverse(PAGE)).content.decode()
     row = page.split("<td>keyed_pair</td>")[1].split("</tr>")[0]
-    assert "max 2 in flight, rate declared" in row
+    assert "max 2 in flight, no rate limit" in row
     # acme: two admitted of max 2, one waiting; globex: one admitted, busiest first.
     assert row.index("acme: 2 / 1") < row.index("globex: 1 / 0")
     assert "<td>unkeyed</td>" not in page
