@@ -9,6 +9,7 @@ in place is not supported (nothing could resolve it while the caller is blocked)
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,15 +19,18 @@ from django.db import connections, transaction
 from psycopg.pq import TransactionStatus
 
 from awa_django.conf import awa_settings
-from awa_django.events import Event
+from awa_django.events import Cancelled, Event
 from awa_django.exceptions import AwaError
-from awa_django.execution import atomic, attempt
+from awa_django.execution import announcements, atomic, attempt, follow_ups
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
 from awa_django.registry import dispatch as hooks
 from awa_django.results import CallbackToken
 from awa_django.storage.models import Job
 from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql import workflows as workflows_sql
+
+logger = logging.getLogger("awa_django.worker")
 
 WORKER_ID = "inline"
 CLAIM_BATCH = 100
@@ -42,6 +46,9 @@ def run_available(
     settings = awa_settings()
     runner = InlineRunner(using or settings.database)
     ran = 0
+    # Children cancelled before this call (a parent cancelled through the Client) are
+    # announced too, as the leader would.
+    announce_owed(using=runner.using)
     while limit is None or ran < limit:
         queues = [queue] if queue else _queues_with_work(runner.using)
         claimed = 0
@@ -53,6 +60,8 @@ def run_available(
             claim = attempt.claim(config, batch, WORKER_ID, lease_now=lease_now)
             for row in claim.run(runner.using):
                 runner.run(JobContext(row, None, host=runner))
+                # The children its failure cancelled, right after its own outcome event.
+                announce_owed(using=runner.using)
                 claimed += 1
                 ran += 1
         if not claimed:
@@ -70,6 +79,36 @@ def promote_due(*, using: str | None = None, batch: int = 1000) -> int:
         total += promoted
         if promoted < batch:
             return total
+
+
+def announce_owed(*, using: str | None = None, batch: int = 1000) -> int:
+    """Announce the events the fan-in trigger owes (decision 046), as the leader's
+    announcer does: claim the outbox rows and insert their follow-ups in one transaction
+    (a savepoint inside the caller's), dispatch each event once it commits. Returns how
+    many events."""
+    using = using or awa_settings().database
+    total = 0
+    while True:
+        with transaction.atomic(using=using):
+            rows = workflows_sql.event_outbox_claim(limit=batch).run(using)
+            events = announcements.events_of(rows)
+            for event in events:
+                if follow_ups.wanted(Cancelled, event.job.kind):
+                    _follow_ups(event, using)
+            for event in events:
+                transaction.on_commit(_dispatcher(event), using=using, robust=True)
+        total += len(events)
+        if len(rows) < batch:
+            return total
+
+
+def _follow_ups(event: Event, using: str) -> None:
+    """As the announcer: a failing builder loses this job's follow-ups, logged."""
+    try:
+        with transaction.atomic(using=using):
+            follow_ups.enqueue_for([event], using)
+    except Exception:
+        logger.exception("follow-up jobs of cancelled job %s were not enqueued", event.job.id)
 
 
 def _queues_with_work(using: str) -> list[str]:
