@@ -43,11 +43,10 @@ BEGIN
         WHERE w.job_id = ANY(p_children) AND j.id = w.job_id AND j.state = 'waiting_parents'
           AND w.failed_parents > 0 AND w.on_parent_failure = 'cancel'
         RETURNING j.id
-    )
-    SELECT array_agg(id ORDER BY id) INTO v_cancelled FROM moved;
+    ){announce}
+    SELECT array_agg(id) INTO v_cancelled FROM moved;
     IF v_cancelled IS NOT NULL THEN
         UPDATE awa_job_waits SET cancelled_by_parents = true WHERE job_id = ANY(v_cancelled);
-        {announce}
     END IF;
 
     WITH promoted AS (
@@ -70,11 +69,14 @@ $$;
 """
 
 
-# One row per cancelled child, in id order (a cascade's rows follow its levels: each
-# level's cancel runs before the trigger call that cancels the next). The job's row is not
-# copied: the announcer reads it when it claims the row.
-ANNOUNCE = f"""INSERT INTO awa_event_outbox (job_id, event, reason)
-        SELECT id, 'cancelled', '{REASON}' FROM unnest(v_cancelled) AS id;"""
+# One row per cancelled child, written in the cancel's own statement: the children's
+# triggers (the cascade's next level) run when that statement ends, so a cascade's rows
+# follow its levels and the announcer emits a parent's Cancelled before its children's.
+# The job's row is not copied: the announcer reads it when it claims the row.
+ANNOUNCE = f""", announced AS (
+        INSERT INTO awa_event_outbox (job_id, event, reason)
+        SELECT id, 'cancelled', '{REASON}' FROM moved ORDER BY id
+    )"""
 
 
 class Migration(migrations.Migration):
