@@ -155,7 +155,9 @@ def _ids(rows: query.Rows, count: int) -> list[int]:
 # columns when the job is gone: pruned or deleted before the claim). SKIP LOCKED: the
 # leader and an inline runner claiming at once take disjoint rows and never wait on each
 # other; a row is deleted by exactly one committed claim, so its event is dispatched once
-# (after that claim commits). Index: primary key (oldest first).
+# (after that claim commits). Index: the outbox's primary key (oldest first; the table is
+# small and transient, so a seq scan + sort is as good), the job by awa_jobs_hot_pkey
+# (EXPLAIN with 200k jobs and 50 rows: nested loop, index-only probe per row).
 EVENT_OUTBOX_CLAIM = Statement(
     "event_outbox_claim",
     f"""
