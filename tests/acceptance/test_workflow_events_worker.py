@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 import awa_django
-from awa_django.storage.models import EventAnnouncement, Job
+from awa_django.storage.models import Job
+from awa_django.storage.workflows import EventAnnouncement
 from testproject.testjobs.jobs import AccFollowed, AccOutcome
 from testproject.testjobs.models import HookCall
 

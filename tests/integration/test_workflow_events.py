@@ -18,7 +18,8 @@ import awa_django
 from awa_django import Client, TerminalError
 from awa_django.events import Cancelled, Event
 from awa_django.execution.context import JobContext
-from awa_django.storage.models import EventAnnouncement, Job
+from awa_django.storage.models import Job
+from awa_django.storage.workflows import EventAnnouncement
 from awa_django.testing import capture_events, drain
 from awa_django.worker.database import Database
 from awa_django.worker.maintenance import announcer
