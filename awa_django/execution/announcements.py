@@ -15,11 +15,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from awa_django.events import Cancelled, Event
+from awa_django.registry import registry
 from awa_django.storage.sql.workflows import Announcement
 
 logger = logging.getLogger("awa_django.worker")
 
 CANCELLED = "cancelled"
+
+
+def builders_wanted() -> bool:
+    """Some kind has an `on_cancelled_enqueue` builder: only then does a claim need a
+    transaction around it (the claim alone is one atomic statement)."""
+    return any(r.event is Cancelled for r in registry.follow_ups())
 
 
 def events_of(announcements: Sequence[Announcement]) -> list[Event[Any]]:

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -46,9 +47,6 @@ def run_available(
     settings = awa_settings()
     runner = InlineRunner(using or settings.database)
     ran = 0
-    # Children cancelled before this call (a parent cancelled through the Client) are
-    # announced too, as the leader would.
-    announce_owed(using=runner.using)
     while limit is None or ran < limit:
         queues = [queue] if queue else _queues_with_work(runner.using)
         claimed = 0
@@ -60,12 +58,12 @@ def run_available(
             claim = attempt.claim(config, batch, WORKER_ID, lease_now=lease_now)
             for row in claim.run(runner.using):
                 runner.run(JobContext(row, None, host=runner))
-                # The children its failure cancelled, right after its own outcome event.
-                announce_owed(using=runner.using)
                 claimed += 1
                 ran += 1
         if not claimed:
             return ran
+        # The children these attempts' failures cancelled, after the attempts' own events.
+        announce_owed(using=runner.using)
     return ran
 
 
@@ -89,7 +87,11 @@ def announce_owed(*, using: str | None = None, batch: int = 1000) -> int:
     using = using or awa_settings().database
     total = 0
     while True:
-        with transaction.atomic(using=using):
+        # A transaction only when follow-ups may join the claim (in autocommit, the claim
+        # alone is one statement); no savepoint of its own: a failed claim fails the
+        # caller's transaction, as any failed statement would.
+        wanted = announcements.builders_wanted()
+        with transaction.atomic(using=using, savepoint=False) if wanted else nullcontext():
             rows = workflows_sql.event_outbox_claim(limit=batch).run(using)
             events = announcements.events_of(rows)
             for event in events:

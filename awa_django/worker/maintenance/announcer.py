@@ -33,7 +33,11 @@ class Announcer:
         """The events emitted, in the order the trigger wrote their rows."""
         emitted: list[Event] = []
         for _ in range(MAX_BATCHES):
-            claimed, events = await self.db.run_in_transaction(self._claim)
+            if announcements.builders_wanted():
+                claimed, events = await self.db.run_in_transaction(self._claim)
+            else:  # the claim alone: one autocommitted statement per idle tick
+                rows = await self.db.run(workflows_sql.event_outbox_claim(limit=BATCH))
+                claimed, events = len(rows), announcements.events_of(rows)
             # Committed: each row was deleted by this claim only, so each event goes out
             # once (at most once: a crash from here on loses it, as any hook, decision 010).
             for event in events:
