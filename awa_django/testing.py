@@ -51,16 +51,21 @@ def drain(queue: str | None = None, *, using: str | None = None, limit: int = DR
     how many attempts ran.
 
     Due means available now, or scheduled/retryable with a `run_at` already past (drain
-    promotes those first, as the worker's leader would). Jobs a handler enqueues are run
-    too. A job due in the future is left alone. Raises AssertionError once more than
-    `limit` attempts would run: something keeps re-enqueueing or snoozing with no delay.
+    promotes those first, as the worker's leader would). Like the leader, it announces
+    `Cancelled` for the workflow children a parent's failure cancelled (decision 046).
+    Jobs a handler enqueues are run too. A job due in the future is left alone. Raises
+    AssertionError once more than `limit` attempts would run: something keeps
+    re-enqueueing or snoozing with no delay.
     """
-    from awa_django.execution.inline import run_available  # the runtime is imported only when used
+    # The runtime is imported only when used.
+    from awa_django.execution.inline import announce_owed, run_available
 
     using = using or awa_settings().database
     total = 0
     while True:
         _promote_due(using)
+        # Children cancelled since the last round (a parent cancelled through the Client).
+        announce_owed(using=using)
         if total >= limit:
             if _available(queue, using).exists():
                 raise AssertionError(

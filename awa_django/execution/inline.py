@@ -9,8 +9,10 @@ in place is not supported (nothing could resolve it while the caller is blocked)
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -18,15 +20,18 @@ from django.db import connections, transaction
 from psycopg.pq import TransactionStatus
 
 from awa_django.conf import awa_settings
-from awa_django.events import Event
+from awa_django.events import Cancelled, Event
 from awa_django.exceptions import AwaError
-from awa_django.execution import atomic, attempt
+from awa_django.execution import announcements, atomic, attempt, follow_ups
 from awa_django.execution.context import JobContext
 from awa_django.execution.outcomes import Transition
 from awa_django.registry import dispatch as hooks
 from awa_django.results import CallbackToken
 from awa_django.storage.models import Job
 from awa_django.storage.sql import maintenance as maintenance_sql
+from awa_django.storage.sql import workflows as workflows_sql
+
+logger = logging.getLogger("awa_django.worker")
 
 WORKER_ID = "inline"
 CLAIM_BATCH = 100
@@ -57,6 +62,8 @@ def run_available(
                 ran += 1
         if not claimed:
             return ran
+        # The children these attempts' failures cancelled, after the attempts' own events.
+        announce_owed(using=runner.using)
     return ran
 
 
@@ -70,6 +77,40 @@ def promote_due(*, using: str | None = None, batch: int = 1000) -> int:
         total += promoted
         if promoted < batch:
             return total
+
+
+def announce_owed(*, using: str | None = None, batch: int = 1000) -> int:
+    """Announce the events the fan-in trigger owes (decision 046), as the leader's
+    announcer does: claim the outbox rows and insert their follow-ups in one transaction
+    (a savepoint inside the caller's), dispatch each event once it commits. Returns how
+    many events."""
+    using = using or awa_settings().database
+    total = 0
+    while True:
+        # A transaction only when follow-ups may join the claim (in autocommit, the claim
+        # alone is one statement); no savepoint of its own: a failed claim fails the
+        # caller's transaction, as any failed statement would.
+        wanted = announcements.builders_wanted()
+        with transaction.atomic(using=using, savepoint=False) if wanted else nullcontext():
+            rows = workflows_sql.event_outbox_claim(limit=batch).run(using)
+            events = announcements.events_of(rows)
+            for event in events:
+                if follow_ups.wanted(Cancelled, event.job.kind):
+                    _follow_ups(event, using)
+            for event in events:
+                transaction.on_commit(_dispatcher(event), using=using, robust=True)
+        total += len(events)
+        if len(rows) < batch:
+            return total
+
+
+def _follow_ups(event: Event, using: str) -> None:
+    """As the announcer: a failing builder loses this job's follow-ups, logged."""
+    try:
+        with transaction.atomic(using=using):
+            follow_ups.enqueue_for([event], using)
+    except Exception:
+        logger.exception("follow-up jobs of cancelled job %s were not enqueued", event.job.id)
 
 
 def _queues_with_work(using: str) -> list[str]:

@@ -22,6 +22,7 @@ from awa_django.states import DEPTH_STATES, DeadLetterReason, JobState
 from awa_django.storage.workflows import (  # noqa: F401
     Batch,
     BatchMember,
+    EventAnnouncement,
     JobDependency,
     JobWait,
 )

@@ -82,3 +82,19 @@ class BatchMember(models.Model):
 
     class Meta:
         db_table = "awa_batch_members"
+
+
+class EventAnnouncement(models.Model):
+    """An event a trigger-made transition owes (decision 046): the fan-in trigger writes
+    one row per child it cancels, in the parent's transaction; the leader's announcer (or
+    the inline runner) deletes it, with its follow-ups, in one transaction, then dispatches
+    the event. A row commits iff the transition it announces does."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField()
+    event = models.CharField(max_length=20)  # "cancelled", the one event owed so far
+    reason = models.TextField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "awa_event_outbox"

@@ -29,6 +29,7 @@ from awa_django.worker.hook_queue import HookQueue
 from awa_django.worker.inflight import InFlight
 from awa_django.worker.listener import Listener
 from awa_django.worker.maintenance.ager import Ager
+from awa_django.worker.maintenance.announcer import Announcer
 from awa_django.worker.maintenance.cron import CronScheduler
 from awa_django.worker.maintenance.depth import INTERVAL as DEPTH_INTERVAL
 from awa_django.worker.maintenance.depth import QueueDepth
@@ -186,6 +187,8 @@ class Runtime:
             [
                 (s.promote_interval, Promoter(self.db).run_once),
                 (s.rescue_interval, self.rescuer.run_once),
+                # Cancelled for the children a failed parent's trigger cancelled (046).
+                (s.promote_interval, Announcer(self.db, self.executor.emit).run_once),
                 (
                     s.prune_interval,
                     Pruner(

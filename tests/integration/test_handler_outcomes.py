@@ -217,21 +217,23 @@ def test_events_of_a_completion(django_capture_on_commit_callbacks: Any) -> None
     assert completed.duration >= dt.timedelta(0)
 
 
-def test_inline_completion_costs_three_queries(django_assert_num_queries: Any) -> None:
+def test_inline_completion_costs_four_queries(django_assert_num_queries: Any) -> None:
     enqueue("ok")
-    # claim, complete, the claim that finds the queue empty, and (inside this test's
-    # transaction only) the savepoints around the handler and around the completion (so a
-    # refused write leaves the test's transaction usable), each with its release.
-    with django_assert_num_queries(7):
+    # claim, complete, the claim of owed events (decision 046), the claim that finds the
+    # queue empty, and (inside this test's transaction only) the savepoints around the
+    # handler and around the completion (so a refused write leaves the test's transaction
+    # usable), each with its release.
+    with django_assert_num_queries(8):
         assert run_available(QUEUE) == 1
 
 
 @pytest.mark.django_db(transaction=True)
-def test_inline_completion_in_autocommit_costs_three_queries(
+def test_inline_completion_in_autocommit_costs_four_queries(
     django_assert_num_queries: Any,
 ) -> None:
     enqueue("ok")
-    with django_assert_num_queries(3):  # claim, complete, the claim that finds nothing
+    # claim, complete, the claim of owed events (decision 046), the claim that finds nothing
+    with django_assert_num_queries(4):
         assert run_available(QUEUE) == 1
 
 

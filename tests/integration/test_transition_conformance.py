@@ -35,11 +35,13 @@ from awa_django.events import (
     Started,
     WaitingForCallback,
 )
+from awa_django.execution.inline import run_available
 from awa_django.snapshot import JobSnapshot
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.storage.sql import jobs as jobs_sql
 from awa_django.testing import capture_events
 from awa_django.worker.database import Database
+from awa_django.worker.maintenance.announcer import Announcer
 from awa_django.worker.maintenance.rescuer import Rescuer
 from tests.factories import JobFactory
 from tests.integration.test_attempt_conformance import (
@@ -342,11 +344,17 @@ def test_a_rescue_fires_one_event_per_committed_transition(
 
 
 # -- workflows (decision 043): the moves of `waiting_parents` ------------------------------
-# The fan-in trigger's moves announce nothing (like promotion): each is audited here as a
-# committed transition with no event. An operator's cancel of a waiting child is the
-# ordinary cancel (CANCELS above has it) and fires Cancelled.
-def _waiting_child(policy: str = "cancel") -> tuple[int, int]:
-    parent = enqueue("complete", max_attempts=1)
+# The fan-in trigger's promotions, discards and restores announce nothing (like promotion):
+# each is audited here as a committed transition with no event. Its cancels (policy
+# `cancel`) announce Cancelled through the outbox (decision 046): the inline runner claims
+# it after the parent's attempt, the worker's leader by its announcer. An operator's cancel
+# of a waiting child is the ordinary cancel (CANCELS above has it) and fires Cancelled.
+SILENT |= {("waiting_parents", "available"), ("cancelled", "waiting_parents")}
+PARENT_FAILED = "cancelled: a parent failed"
+
+
+def _waiting_child(policy: str = "cancel", after: int | None = None) -> tuple[int, int]:
+    parent = after if after is not None else enqueue("complete", max_attempts=1)
     child = awa_django.enqueue(
         Conformance("complete"), after=[parent], on_parent_failure=policy, queue="wf-audit"
     )
@@ -359,23 +367,63 @@ def _with_events(step: Callable[[], object]) -> list[Event]:
     return list(captured.events)
 
 
+def _announced() -> list[Event]:
+    """What the leader's announcer emits now (the worker scheduler runs no leader)."""
+    emitted: list[Event] = []
+
+    async def announce(db: Database) -> list[Event]:
+        return await Announcer(db, emitted.append).run_once()
+
+    assert with_db(announce) == emitted
+    return emitted
+
+
+def _run_parent(scheduler: str, parent: int) -> list[Event]:
+    """The parent's attempt on `scheduler`, then (worker) the leader's announcements."""
+    _, events = run_attempt(scheduler, parent)
+    return events + (_announced() if scheduler == "worker" else [])
+
+
 def test_a_waiting_child_is_promoted_silently_by_its_parents_completion(scheduler: str) -> None:
     parent, child = _waiting_child()
-    _, events = run_attempt(scheduler, parent)
+    events = _run_parent(scheduler, parent)
     assert committed(child) == [("waiting_parents", "available")]
     assert [e for e in events if e.job.id == child] == []
 
 
-@pytest.mark.parametrize(("policy", "moved"), [("cancel", "cancelled"), ("discard", "dead_letter")])
-def test_a_failed_parent_moves_its_waiting_child_silently(
-    scheduler: str, policy: str, moved: str
-) -> None:
-    parent, child = _waiting_child(policy)
+def test_a_failed_parent_discards_its_waiting_child_silently(scheduler: str) -> None:
+    parent, child = _waiting_child("discard")
     Job.objects.filter(id=parent).update(args={"mode": "raise_terminal"})
-    _, events = run_attempt(scheduler, parent)
+    events = _run_parent(scheduler, parent)
     # The audit logs any deletion as 'dead_letter'; a discarded child is deleted.
-    assert committed(child) == [("waiting_parents", moved)]
+    assert committed(child) == [("waiting_parents", "dead_letter")]
     assert [e for e in events if e.job.id == child] == []
+
+
+def test_a_failed_parent_cancels_its_waiting_child_with_one_cancelled(scheduler: str) -> None:
+    parent, child = _waiting_child("cancel")
+    Job.objects.filter(id=parent).update(args={"mode": "raise_terminal"})
+    events = _run_parent(scheduler, parent)
+    assert committed(child) == [("waiting_parents", "cancelled")]
+    (event,) = one_event_per_transition(child, events)
+    assert isinstance(event, Cancelled) and event.reason == PARENT_FAILED
+    assert event.job.state == "cancelled" and event.job.errors[-1]["error"] == PARENT_FAILED
+    # Announced once: nothing is left to announce, on either path.
+    assert _announced() == [] and _with_events(lambda: run_available()) == []
+
+
+def test_a_cascade_announces_each_cancelled_level_once(scheduler: str) -> None:
+    parent, child = _waiting_child("cancel")
+    _, grandchild = _waiting_child("cancel", after=child)
+    Job.objects.filter(id=parent).update(args={"mode": "raise_terminal"})
+    events = _run_parent(scheduler, parent)
+    for job_id in (child, grandchild):
+        assert committed(job_id) == [("waiting_parents", "cancelled")]
+        (event,) = one_event_per_transition(job_id, events)
+        assert isinstance(event, Cancelled) and event.reason == PARENT_FAILED
+    cancels = [e.job.id for e in events if isinstance(e, Cancelled)]
+    assert cancels == [child, grandchild]  # in the order the trigger cancelled them
+    assert _announced() == []
 
 
 def test_a_retried_parent_restores_its_cancelled_child_silently() -> None:
@@ -385,6 +433,14 @@ def test_a_retried_parent_restores_its_cancelled_child_silently() -> None:
     events = _with_events(lambda: Client().retry(parent))
     assert committed(child) == [("waiting_parents", "cancelled"), ("cancelled", "waiting_parents")]
     assert [e for e in events if e.job.id == child] == []
+
+
+def test_an_operator_cancel_of_a_waiting_parent_announces_its_childs_cancel() -> None:
+    parent, child = _waiting_child("cancel")
+    events = _with_events(lambda: Client().cancel(parent)) + _announced()
+    assert names([e for e in events if e.job.id == parent]) == ["Cancelled"]
+    (event,) = one_event_per_transition(child, events)
+    assert isinstance(event, Cancelled) and event.reason == PARENT_FAILED
 
 
 def test_an_operator_cancel_of_a_waiting_child_fires_cancelled() -> None:
