@@ -46,7 +46,11 @@ def test_queue_waiting_parents_reads_the_state_index_only() -> None:
         cursor.execute("SET LOCAL enable_seqscan = off")  # the test table is tiny
         cursor.execute("EXPLAIN " + rollups_sql.QUEUE_WAITING_PARENTS.sql)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "awa_jobs_state_id_part_idx" in plan and "Seq Scan" not in plan, plan
+    # Either partial index that leaves completed jobs out serves it (statistics decide).
+    assert re.search(
+        r"Index Only Scan using awa_jobs_(state_id|queue_state)_part_idx on awa_jobs_hot", plan
+    ), plan
+    assert "Seq Scan" not in plan, plan
     assert rollups_sql.queue_waiting_parents().run("default") == {Q: 3, "elsewhere": 1}
 
 
