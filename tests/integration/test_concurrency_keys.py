@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models import F
 from django.test import override_settings
 
@@ -346,6 +347,26 @@ def test_deleting_an_admitted_job_frees_its_slot() -> None:
     first, second = enqueue(), enqueue()
     Job.objects.filter(id=first).delete()
     assert state(second) == "available" and holders("acme") == [second]
+
+
+def slot_writes() -> int:
+    """Rows of awa_key_slots updated so far in this (the test's) transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'awa_key_slots'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_released_slot_passes_to_the_next_waiting_job_in_one_write() -> None:
+    # Migration 0017: the release writes the next job's id into the slot row it frees
+    # (one UPDATE) instead of freeing it and running admission for the next job (two).
+    first, second = enqueue(), enqueue()
+    slot = Job.objects.get(id=first).key_slot
+    before = slot_writes()
+    Job.objects.filter(id=first).delete()
+    assert slot_writes() - before == 1
+    assert Job.objects.get(id=second).key_slot == slot and holders("acme") == [second]
 
 
 # -- uniqueness, rate, overrides, the sweep ------------------------------------------------

@@ -69,7 +69,7 @@ def test_job_admit_waiting_reads_the_waiting_index() -> None:
     assert "Seq Scan on awa_jobs_hot" not in plan, plan
 
 
-# The hand-off's choice of a key's next waiting job, as awa_key_hand_off (migration 0014)
+# The hand-off's choice of a key's next waiting job, as awa_key_release (migration 0017)
 # writes it: one key's line, in dispatch order, must come from the waiting index, not from
 # the state index's every waiting row of every key.
 HAND_OFF = """
