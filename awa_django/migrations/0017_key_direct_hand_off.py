@@ -88,6 +88,6 @@ END $$;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("awa_django", "0015_event_outbox")]
+    dependencies = [("awa_django", "0016_workflow_generic_plans")]
 
     operations = [migrations.RunSQL(RELEASE, reverse_sql=RELEASE_0014)]
