@@ -8,14 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import router
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from awa_django.admin.forms import KeyLimitsForm
+from awa_django.admin.limits import LIMITS_PERMISSION, posted_limits
 from awa_django.admin.routing import read_alias
 from awa_django.client import Client
 from awa_django.conf import awa_settings
@@ -24,7 +23,6 @@ from awa_django.limits import RateLimit
 from awa_django.registry import registry
 from awa_django.snapshot import KeyFigures
 
-LIMITS_PERMISSION = "awa_django.set_queue_limits"
 KEYS_PER_KIND = 5
 
 
@@ -65,37 +63,27 @@ def keys_view(model_admin: Any, request: HttpRequest) -> TemplateResponse:
 
 def key_limits_view(model_admin: Any, request: HttpRequest) -> HttpResponse:
     """Set or clear one kind's per-key override (POST from the keys page's form)."""
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
-    if not request.user.has_perm(LIMITS_PERMISSION):
-        raise PermissionDenied
-    target = reverse(f"{model_admin.admin_site.name}:awa_django_keys")
-    form = KeyLimitsForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Key limits not changed: {form.errors.as_text()}")
-        return HttpResponseRedirect(target)
-    client = Client(router.db_for_write(model_admin.model))
-    kind = form.cleaned_data["kind"]
-    if form.cleaned_data["operation"] == "clear":
-        client.clear_key_limits(kind)
-        messages.success(request, f"Kind {kind}: key overrides cleared, its declared limits apply.")
-        return HttpResponseRedirect(target)
-    try:
+
+    def change(client: Client, form: Any, by: str) -> str:
+        kind = form.cleaned_data["kind"]
+        if form.cleaned_data["operation"] == "clear":
+            client.clear_key_limits(kind)
+            return f"Kind {kind}: key overrides cleared, its declared limits apply."
         client.set_key_limits(
             kind,
             max_in_flight=form.cleaned_data["max_in_flight"],
             rate_limit=form.rate_limit(),
-            by=request.user.get_username(),
+            by=by,
         )
-    except InvalidKeyLimits as exc:
-        messages.error(request, f"Key limits not changed: {exc}")
-        return HttpResponseRedirect(target)
-    messages.success(
-        request,
-        f"Kind {kind}: new key limits apply to its next admissions; jobs already admitted "
-        "keep their slots.",
+        return (
+            f"Kind {kind}: new key limits apply to its next admissions; jobs already "
+            "admitted keep their slots."
+        )
+
+    form = KeyLimitsForm(request.POST)
+    return posted_limits(
+        model_admin, request, form, "awa_django_keys", "Key limits", change, InvalidKeyLimits
     )
-    return HttpResponseRedirect(target)
 
 
 def _declared_limits() -> dict[str, str]:
