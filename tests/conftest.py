@@ -37,7 +37,7 @@ def clean_hooks(isolated_hooks: Registry) -> Registry:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Under pytest-xdist (`make test PYTEST_ARGS="-n 2"`: a process per core, each with its
     own test database), a test marked `exclusive` runs while no other process is inside a
-    test: it restarts the server or reads server-wide state such as the WAL position. The
+    test: it restarts the server, or reads server-wide state that other tests move. The
     lock spans the test's whole protocol, setup and teardown included (pytest-django's
     flush of a transactional test writes too). The others share it; a turnstile lets a
     waiting exclusive test in before later shared ones, so it is never starved."""

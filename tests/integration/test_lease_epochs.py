@@ -108,20 +108,25 @@ def test_worker_claims_take_a_later_epoch_on_every_new_connection() -> None:
     assert first.run_lease // EPOCH_SPACE < second.run_lease // EPOCH_SPACE
 
 
-@pytest.mark.exclusive  # the WAL positions are the server's: another test's writes move them
 def test_an_epoch_is_on_disk_before_the_take_returns_even_without_synchronous_commit() -> None:
     """A connection whose session commits without the flush wait (a user's OPTIONS, a
     role or server default) still gets an epoch no crash can lose: the take's commit
-    waits for the flush of its own WAL (the insert position read right after it)."""
+    waits for the flush of its own WAL. Its WAL starts at or after the insert position
+    read just before it and is not empty, so once it is flushed the flush position is
+    past that reading, whatever other sessions write meanwhile (their WAL only moves the
+    positions further; comparing with the insert position read after the take would
+    count their unflushed WAL against this one)."""
     kwargs = without_flush_wait(connection_kwargs("default", "awa-test-epoch"))
     with psycopg.connect(**kwargs) as conn:
         for _ in range(5):
+            before = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
             epoch = leases_sql.lease_epoch_take().run_on(conn)
             answer = conn.execute(
-                "SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn(),"
-                " current_setting('synchronous_commit')"
+                "SELECT pg_current_wal_flush_lsn() > %s::pg_lsn,"
+                " current_setting('synchronous_commit')",
+                before,
             ).fetchone()
-            assert answer is not None
+            assert before is not None and answer is not None
             flushed, written = answer
             assert epoch is not None and flushed and written == "off"
 
