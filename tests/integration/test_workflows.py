@@ -319,6 +319,43 @@ def test_pruning_keeps_a_parent_while_a_child_of_it_has_not_ended() -> None:
     assert not JobWait.objects.filter(job_id=child.id).exists()
 
 
+def test_the_pruner_drops_a_finished_batch_once_no_member_of_it_is_left() -> None:
+    """Members go with their jobs; the batch row then waits out the completed retention
+    from its last member's end. A batch with a member left, finished too recently, or not
+    finished stays."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from awa_django.storage.workflows import Batch, BatchMember
+    from awa_django.worker.maintenance.pruner import Pruner
+    from tests.runtime_db import with_db
+
+    gone = awa_django.batch([Step("g1"), Step("g2")], on_complete=Step("g-done"))
+    kept = awa_django.batch([Step("k1")])
+    recent = awa_django.batch([Step("r1")])
+    later = timezone.now() + dt.timedelta(hours=1)
+    unfinished = awa_django.batch([awa_django.step(Step("u1"), run_at=later)])
+    drain()
+    long_ago = timezone.now() - dt.timedelta(hours=3)
+    Batch.objects.filter(id__in=[gone, kept]).update(finished_at=long_ago)
+    members = BatchMember.objects.filter(batch_id__in=[gone, recent]).values("job_id")
+    Job.objects.filter(id__in=members).update(finalized_at=long_ago)
+    callback = Batch.objects.get(id=gone).on_complete_id
+    assert callback is not None
+    Job.objects.filter(id=callback).update(finalized_at=long_ago)
+
+    async def prune(db: Any) -> int:
+        return await Pruner(db, completed_retention=3600, failed_retention=3600).prune_all()
+
+    assert with_db(prune) == 4  # g1, g2, their callback, r1
+    assert set(Batch.objects.values_list("id", flat=True)) == {kept, recent, unfinished}
+    assert not BatchMember.objects.filter(batch_id__in=[gone, recent]).exists()
+    Job.objects.filter(id__in=Client().batch_members(kept)).update(finalized_at=long_ago)
+    assert with_db(prune) == 1  # k1, then its batch in the same pass
+    assert set(Batch.objects.values_list("id", flat=True)) == {recent, unfinished}
+
+
 # -- cost: a job outside any workflow calls nothing -----------------------------------------
 def _workflow_calls(cursor: Any) -> int:
     cursor.execute(

@@ -202,3 +202,30 @@ def _announcements(rows: query.Rows, count: int) -> list[Announcement]:
         )
         for row in rows
     ]
+
+
+# Params: older_than_seconds, limit. Batches that finished past retention and kept no
+# member: a member's row goes with its job (pruned, or a dead letter purged), and a member
+# is pruned only once the batch's callbacks, its children, have ended. Nothing can join a
+# batch after its insert, so a batch with no member left is one nobody can reach from a
+# job any more; its counts are history. A member waiting in the dead letters keeps its
+# batch (a retry reopens it). Index: awa_batches' primary key, and the member table's
+# index on batch_id for each candidate; batches are one row per `batch()` call and this
+# delete keeps their number bounded by the retention.
+BATCH_PRUNE_FINISHED = Statement(
+    "batch_prune_finished",
+    """
+DELETE FROM awa_batches WHERE id IN (
+    SELECT b.id FROM awa_batches b
+    WHERE b.finished_at < now() - make_interval(secs => %(older_than_seconds)s::float8)
+      AND NOT EXISTS (SELECT 1 FROM awa_batch_members m WHERE m.batch_id = b.id)
+    ORDER BY b.id LIMIT %(limit)s)
+""",
+    returns_rows=False,
+)
+
+
+def batch_prune_finished(*, older_than_seconds: float, limit: int) -> Query[int]:
+    """How many batch rows were deleted."""
+    params = {"older_than_seconds": older_than_seconds, "limit": limit}
+    return Query(BATCH_PRUNE_FINISHED, params, query.rowcount)

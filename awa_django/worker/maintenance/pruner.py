@@ -1,5 +1,6 @@
 """Deletes terminal jobs and dead letters past their retention, forgets workers that
-vanished without deregistering, and drops finished bulk operations after FAILED_RETENTION.
+vanished without deregistering, and drops finished bulk operations after the failed
+retention and finished batches once no member of theirs is left (decision 043).
 
 Terminal jobs are deleted in batches of BATCH until a batch comes back short: whatever the
 backlog, a queue finishing 1,000 jobs a second must be pruned at least that fast, or its
@@ -21,6 +22,7 @@ from awa_django.storage.sql import bulk as bulk_sql
 from awa_django.storage.sql import dead_letters as dead_letters_sql
 from awa_django.storage.sql import maintenance as maintenance_sql
 from awa_django.storage.sql import workers as workers_sql
+from awa_django.storage.sql import workflows as workflows_sql
 from awa_django.worker.database import TRANSIENT_ERRORS, Database
 
 logger = logging.getLogger("awa_django.worker")
@@ -50,6 +52,11 @@ class Pruner:
         self.prune_operations = bulk_sql.bulk_operation_prune(
             older_than_seconds=failed_retention, limit=BATCH
         )
+        # A batch's members are pruned on the jobs' retentions first; the batch row then
+        # waits out the completed retention from its last member's end.
+        self.prune_batches = workflows_sql.batch_prune_finished(
+            older_than_seconds=completed_retention, limit=BATCH
+        )
         self.task: asyncio.Task[int] | None = None
 
     async def run_once(self) -> None:
@@ -63,6 +70,7 @@ class Pruner:
         try:
             total = await self._batches(self.prune)
             total += await self._batches(self.prune_dead_letters)
+            await self._batches(self.prune_batches)
             await self.db.run(
                 workers_sql.worker_instance_prune(older_than_seconds=FORGET_WORKERS_AFTER)
             )
