@@ -36,8 +36,15 @@ __all__ = [
     "enqueued_jobs",
 ]
 
-# States of a job that is still waiting to run: what "enqueued" means here.
-WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+# States of a job that is still waiting to run: what "enqueued" means here. A job waiting
+# for its parents (`after=`, chain) or for a slot of its concurrency key will run too.
+WAITING_STATES = (
+    JobState.SCHEDULED,
+    JobState.WAITING_PARENTS,
+    JobState.AVAILABLE,
+    JobState.RETRYABLE,
+    JobState.WAITING_SLOT,
+)
 DRAIN_LIMIT = 10_000
 _LISTED = 20
 
@@ -94,7 +101,7 @@ def _promote_due(using: str) -> None:
 def enqueued_jobs(
     kind: KindSpec | None = None, *, queue: str | None = None, using: str | None = None
 ) -> list[Job]:
-    """Jobs still waiting to run (scheduled, available, retryable), oldest first."""
+    """Jobs still waiting to run (`WAITING_STATES`), oldest first."""
     db = using or awa_settings().database
     jobs = Job.objects.using(db).filter(state__in=WAITING_STATES).order_by("id")
     if kind is not None:
