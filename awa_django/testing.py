@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from awa_django.conf import awa_settings
 from awa_django.events import ALL_EVENTS, Event
 from awa_django.registry import HookRegistration, kind_for, registry
-from awa_django.states import JobState
+from awa_django.states import WAITING_STATES, JobState
 from awa_django.storage.models import Job
 
 if TYPE_CHECKING:  # django.tasks is optional on Django 5.2 (awa_django.tasks.framework)
@@ -36,15 +36,6 @@ __all__ = [
     "enqueued_jobs",
 ]
 
-# States of a job that is still waiting to run: what "enqueued" means here. A job waiting
-# for its parents (`after=`, chain) or for a slot of its concurrency key will run too.
-WAITING_STATES = (
-    JobState.SCHEDULED,
-    JobState.WAITING_PARENTS,
-    JobState.AVAILABLE,
-    JobState.RETRYABLE,
-    JobState.WAITING_SLOT,
-)
 DRAIN_LIMIT = 10_000
 _LISTED = 20
 
