@@ -42,6 +42,7 @@ from awa_django.execution.rows import (
     plan_one,
 )
 from awa_django.limits import RateLimit
+from awa_django.options import check_parent_failure
 from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
@@ -93,6 +94,8 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs, 
         """
         opts = EnqueueOptions(**options) if options else NO_OPTIONS
         if after is None:
+            if on_parent_failure != "cancel":  # unused, but a typo must not pass silently
+                check_parent_failure(on_parent_failure)
             return self._enqueue(args, opts)
         return workflows.enqueue_after(self.using, args, opts, after, on_parent_failure)
 

@@ -157,4 +157,4 @@ def batch(
     using: str | None = None,
 ) -> int:
     """Enqueue `jobs` as one batch with its callbacks; the batch id. See `Client.batch`."""
-    return Client(using).batch(list(jobs), on_success=on_success, on_complete=on_complete)
+    return Client(using).batch(jobs, on_success=on_success, on_complete=on_complete)
