@@ -266,12 +266,24 @@ RETRY = Move(
     Notify.QUEUE,
     Retried,
 )
+# An operator's retry of a workflow child some of whose parents have not ended (it was
+# cancelled while it waited) makes it wait for them again (decision 043): made available,
+# it would run before them. Parents that all ended, failed ones included, do not hold it:
+# the operator's retry runs it. The plain case reads no other table.
+WAITS_FOR_PARENTS = (
+    "state",
+    "CASE WHEN NOT j.has_parents THEN 'available'"
+    " WHEN EXISTS (SELECT FROM awa_job_waits w WHERE w.job_id = j.id"
+    " AND w.pending_parents > 0) THEN 'waiting_parents' ELSE 'available' END",
+)
 # T21, an operator's retry (`retry`, `retry_many`, `bulk_retry`): failed, cancelled and
 # parked jobs, and beyond Awa's T21 a retryable one (it runs now instead of after its
-# backoff); the enqueued priority is restored; no event (decision 018).
+# backoff); the enqueued priority is restored; no event (decision 018). A child waits
+# again for its parents that have not ended (WAITS_FOR_PARENTS).
 OPERATOR_RETRY = RETRY.variant(
     "operator retry",
     *PRIORITY_RESTORED,
+    WAITS_FOR_PARENTS,
     sources=tuple(JobState(state) for state in ACTION_STATES[BulkAction.RETRY]),
     announced=False,
 )
