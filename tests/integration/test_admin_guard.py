@@ -159,6 +159,7 @@ KEYS = [
     "metadata__k", "id__gt", "pk", "tags__contains", "state__isnull", "paused__isnull",
     "errors__0__error", "expression__iregex", "last_job_id__gte", "q%00", "%ED%A0%80",
     "concurrency", "rate", "burst", "operation",
+    "max_in_flight", "finished", "finished__exact", "has_parents__exact", "batch",
 ]  # fmt: skip
 pairs = st.lists(st.tuples(st.sampled_from(KEYS) | texts, values), max_size=3)
 NOT_LOOKUPS = {*IGNORED_PARAMS, PAGE_VAR, "e"}
