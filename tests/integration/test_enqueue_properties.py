@@ -1,8 +1,8 @@
 """Property-based tests of enqueue, enqueue_many and the codec against real PostgreSQL.
 
 Hypothesis generates hostile inputs (kinds, tags, queues, priorities, run_at, metadata,
-`after=` parents and policies, concurrency keys and
-args: NUL, lone surrogates, odd JSON, deep nesting, huge strings). Every case must end in
+`after=` parents and policies, concurrency keys and args: NUL, lone surrogates, odd JSON,
+deep nesting, huge strings). Every case must end in
 success or a typed `AwaError`, never another exception, never a partial write; and the
 caller's `transaction.atomic()` block must stay usable, i.e. no bad value reached SQL.
 """
