@@ -187,3 +187,38 @@ def test_a_retried_child_whose_parents_all_ended_runs_at_once() -> None:
 
 def kind_of(job_id: int) -> str:
     return Job.objects.get(id=job_id).kind
+
+
+@pytest.mark.parametrize("how", ["retry_many", "bulk_retry"])
+def test_a_parent_and_the_child_its_failure_cancelled_retried_together_run_in_order(
+    how: str,
+) -> None:
+    """ "Retry everything failed or cancelled": the failed parent and the child its policy
+    cancelled are retried by one statement. The child waited on no pending parent when
+    the statement read it, and ran beside (or before) its parent."""
+    parent = awa_django.enqueue(Doomed(1)).id
+    child = awa_django.enqueue(Tenant("acme", 1), after=[parent]).id
+    grandchild = awa_django.enqueue(Plain(2), after=[child]).id
+    assert run_available(QUEUE, limit=1) == 1
+    assert [state(parent), state(child), state(grandchild)] == ["failed", *["cancelled"] * 2]
+    if how == "retry_many":
+        Client().retry_many([parent, child, grandchild])
+    else:
+        Client().bulk_retry(JobFilter(queue=QUEUE))
+    assert state(parent) == "available"
+    assert state(child) == state(grandchild) == "waiting_parents"
+    assert holders("acme") == []
+
+
+def test_a_cancel_after_an_operators_retry_is_not_undone_by_the_parents_retry() -> None:
+    """A child the policy cancelled and the operator retried is the operator's: cancelled
+    again (by anyone), a retry of its failed parent must leave it cancelled (decision 043:
+    only the policy's cancels are restored)."""
+    parent = awa_django.enqueue(Doomed(1)).id
+    child = awa_django.enqueue(Plain(1), after=[parent]).id
+    assert run_available(QUEUE, limit=1) == 1
+    assert state(child) == "cancelled"
+    Client().retry(child)
+    Client().cancel(child)
+    Client().retry(parent)
+    assert state(child) == "cancelled"
