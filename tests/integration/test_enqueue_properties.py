@@ -225,7 +225,7 @@ def test_enqueue_after_and_keyed_succeeds_or_raises_a_typed_error_before_any_sql
         if isinstance(after, list | tuple):
             after = type(after)(parent if p == "parent" else p for p in after)
         options = {} if key is None else {"concurrency_key": key}
-        row, error = attempt(
+        _, error = attempt(
             lambda: awa_django.enqueue(
                 PropertyBlob(data=1), after=after, on_parent_failure=policy, **options
             )
