@@ -194,6 +194,14 @@ def test_bad_batches_raise_a_typed_error_before_any_insert(jobs: Any, callback: 
     assert not Job.objects.exists()
 
 
+def test_group_then_nothing_is_refused_before_the_members_are_written() -> None:
+    # It enqueued the members and returned their list where a GroupResult was promised:
+    # `.child` then failed after the members were in.
+    with pytest.raises(InvalidDependency):
+        awa_django.group(Step("a"), Step("b")).then(None)
+    assert not Job.objects.exists()
+
+
 def test_cascade_cancel_takes_every_waiting_descendant() -> None:
     a, b, c = awa_django.chain(Step("a"), Step("b"), Step("c"), on_parent_failure="run")
     Client().cancel(a.id, cascade=True)
