@@ -20,8 +20,10 @@ MAX_KIND_CHARS = 200  # the kind column is varchar(200)
 MAX_TAG_CHARS = 200  # each tags element is varchar(200)
 MAX_TAGS = 20
 # Parents of one child (decision 043): enough for a fan-in of 10,000; the enqueue locks
-# each parent row FOR SHARE, so the bound also bounds that statement.
+# each parent row FOR NO KEY UPDATE, so the bound also bounds that statement.
 MAX_PARENTS = 10_000
+# Job ids are bigints: a larger id names no job, and the driver cannot send it.
+MAX_JOB_ID = 2**63 - 1
 
 
 def check_kind(kind: object) -> str:
@@ -132,7 +134,7 @@ def check_parents(after: object) -> tuple[int, ...]:
     for parent in after:
         if isinstance(parent, JobSnapshot):
             parent = parent.id
-        if not _whole(parent) or parent <= 0:
+        if not _whole(parent) or not 0 < parent <= MAX_JOB_ID:
             raise InvalidDependency(
                 f"after= takes job ids (positive ints) or JobSnapshots, got {parent!r:.100}"
             )

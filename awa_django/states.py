@@ -30,6 +30,16 @@ TERMINAL_STATES: frozenset[str] = frozenset(
 
 
 DEFERRED_STATES: frozenset[str] = frozenset({JobState.SCHEDULED, JobState.RETRYABLE})
+# A job still to run whose attempt has not begun: due, deferred, or waiting for its parents
+# (`after=`) or for a slot of its concurrency key. What `testing.assert_enqueued` calls
+# enqueued and what `Client.unhandled_kinds` counts for a kind no live worker has.
+WAITING_STATES: tuple[str, ...] = (
+    JobState.SCHEDULED,
+    JobState.WAITING_PARENTS,
+    JobState.AVAILABLE,
+    JobState.RETRYABLE,
+    JobState.WAITING_SLOT,
+)
 # Depth counts every state but `completed`: completed rows pile up until pruning and are
 # reported as throughput instead, so the count never walks the retained history.
 DEPTH_STATES: tuple[str, ...] = tuple(s for s in JobState.values if s != JobState.COMPLETED)

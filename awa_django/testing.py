@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from awa_django.conf import awa_settings
 from awa_django.events import ALL_EVENTS, Event
 from awa_django.registry import HookRegistration, kind_for, registry
-from awa_django.states import JobState
+from awa_django.states import WAITING_STATES, JobState
 from awa_django.storage.models import Job
 
 if TYPE_CHECKING:  # django.tasks is optional on Django 5.2 (awa_django.tasks.framework)
@@ -36,8 +36,6 @@ __all__ = [
     "enqueued_jobs",
 ]
 
-# States of a job that is still waiting to run: what "enqueued" means here.
-WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 DRAIN_LIMIT = 10_000
 _LISTED = 20
 
@@ -94,7 +92,7 @@ def _promote_due(using: str) -> None:
 def enqueued_jobs(
     kind: KindSpec | None = None, *, queue: str | None = None, using: str | None = None
 ) -> list[Job]:
-    """Jobs still waiting to run (scheduled, available, retryable), oldest first."""
+    """Jobs still waiting to run (`WAITING_STATES`), oldest first."""
     db = using or awa_settings().database
     jobs = Job.objects.using(db).filter(state__in=WAITING_STATES).order_by("id")
     if kind is not None:

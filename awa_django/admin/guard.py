@@ -26,6 +26,9 @@ from django.urls import URLPattern
 
 from awa_django.codec import unstorable_character
 
+# The largest value of a bigint primary key: a path id above it (Django's `<int:...>`
+# converter takes any number of digits) names no row, and the driver cannot send it.
+MAX_ID = 2**63 - 1
 # On the request: each admin's filter parameters, worked out once per request.
 _CACHE = "_awa_filter_parameters"
 GUARDED = "awa_guarded"  # set on every view the guard wraps
@@ -75,13 +78,23 @@ def _parameters_of(entry: Any, model_admin: Any, request: HttpRequest) -> list[s
 
 def check_request(model_admin: Any, request: HttpRequest, path_values: Iterable[object]) -> None:
     """What every page of `model_admin` refuses before it runs: unstorable text in the
-    query string (names and values) or the path, and an action selection that names no
-    possible row."""
+    query string (names and values) or the path, a path number beyond a bigint, and an
+    action selection that names no possible row."""
     check_texts("query-string parameter", request.GET.keys())
     check_texts("query-string value", (v for _, values in request.GET.lists() for v in values))
+    path_values = list(path_values)
     check_texts("path segment", path_values)
+    check_ids(path_values)
     if request.method == "POST":
         _check_selection(model_admin, request.POST.getlist(ACTION_CHECKBOX_NAME))
+
+
+def check_ids(path_values: Iterable[object]) -> None:
+    """Refuse (400) a path number no bigint can hold: every view behind an `<int:...>`
+    segment would otherwise hand it to a query or a Client check of its own."""
+    for value in path_values:
+        if isinstance(value, int) and not 0 <= value <= MAX_ID:
+            raise DisallowedModelAdminLookup("path number beyond a bigint")
 
 
 def _check_selection(model_admin: Any, selected: list[str]) -> None:

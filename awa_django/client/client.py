@@ -42,6 +42,7 @@ from awa_django.execution.rows import (
     plan_one,
 )
 from awa_django.limits import RateLimit
+from awa_django.options import MAX_JOB_ID, check_parent_failure
 from awa_django.snapshot import JobSnapshot, LiveWorker, QueueStats, ScheduleSnapshot
 from awa_django.storage.sql import admin as admin_sql
 from awa_django.storage.sql import jobs as jobs_sql
@@ -93,6 +94,8 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs, 
         """
         opts = EnqueueOptions(**options) if options else NO_OPTIONS
         if after is None:
+            if on_parent_failure != "cancel":  # unused, but a typo must not pass silently
+                check_parent_failure(on_parent_failure)
             return self._enqueue(args, opts)
         return workflows.enqueue_after(self.using, args, opts, after, on_parent_failure)
 
@@ -224,7 +227,7 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs, 
         the same statement, whatever their policy (a later retry of the job does not
         restore those: they were cancelled by the operator, not by the policy)."""
         ids = [job_id]
-        if cascade:
+        if cascade and _job_ids(ids):
             ids += workflows.waiting_descendants(self.using, job_id)
         rows = [r for r in self.cancel_many(ids) if r.id == job_id]
         return rows[0] if rows else None
@@ -232,7 +235,7 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs, 
     def cancel_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
         """`cancel` for many jobs in one statement; returns the rows it cancelled. Their
         `on_cancelled_enqueue` follow-ups are inserted in the same transaction."""
-        ids = sorted(set(job_ids))
+        ids = _job_ids(job_ids)
         with transaction.atomic(using=self.using):
             rows = admin_sql.job_cancel_many(ids=ids).run(self.using)
             if rows:
@@ -264,13 +267,14 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs, 
 
     def retry(self, job_id: int) -> JobSnapshot | None:
         """Make a failed, cancelled, parked or retryable job available now (attempts
-        reset); None if the job is in another state."""
+        reset); None if the job is in another state. A workflow child some of whose
+        parents have not ended waits for them again (`waiting_parents`)."""
         rows = self.retry_many([job_id])
         return rows[0] if rows else None
 
     def retry_many(self, job_ids: Iterable[int]) -> list[JobSnapshot]:
         """`retry` for many jobs in one statement; returns the rows it retried."""
-        return admin_sql.job_retry_many(ids=sorted(set(job_ids))).run(self.using)
+        return admin_sql.job_retry_many(ids=_job_ids(job_ids)).run(self.using)
 
     aget_job = async_twin(get_job)
     acancel = async_twin(cancel)
@@ -428,3 +432,9 @@ class Client(BulkVerbs, DeadLetterVerbs, HistoryVerbs, KeyVerbs, WorkflowVerbs, 
     aresume_external = async_twin(resume_external)
     aheartbeat_callback = async_twin(heartbeat_callback)
     aresolve_callback = async_twin(resolve_callback)
+
+
+def _job_ids(job_ids: Iterable[int]) -> list[int]:
+    """Distinct and sorted (one lock order for every writer). An int beyond a bigint names
+    no job: it is left out here, where the driver would refuse it (a DataError)."""
+    return sorted({i for i in job_ids if not isinstance(i, int) or -MAX_JOB_ID <= i <= MAX_JOB_ID})

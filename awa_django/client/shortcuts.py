@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from awa_django.client.client import Client
 from awa_django.client.workflow_verbs import GroupResult
 from awa_django.client.workflows import Parents
+from awa_django.exceptions import InvalidDependency
 from awa_django.execution.rows import EnqueueKwargs, EnqueueOptions
 from awa_django.snapshot import JobSnapshot
 from awa_django.unique import EnqueueManyResult, OnConflict
@@ -137,6 +138,8 @@ class Group:
             flow = awa_django.group(Resize(1), Resize(2)).then(Publish())
             flow.child.id, [m.id for m in flow.members]
         """
+        if child is None:  # Client.group(then=None) enqueues the members alone
+            raise InvalidDependency("then() takes the child job that waits on the group")
         # `child` is Any, which matches both overloads of Client.group: name the result.
         result: GroupResult = Client(self.using).group(
             *self.jobs, then=child, on_parent_failure=on_parent_failure
@@ -157,4 +160,4 @@ def batch(
     using: str | None = None,
 ) -> int:
     """Enqueue `jobs` as one batch with its callbacks; the batch id. See `Client.batch`."""
-    return Client(using).batch(list(jobs), on_success=on_success, on_complete=on_complete)
+    return Client(using).batch(jobs, on_success=on_success, on_complete=on_complete)

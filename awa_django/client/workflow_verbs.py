@@ -4,7 +4,7 @@ delegation to `workflows.py`, with their async twins. `Client` inherits them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -54,7 +54,7 @@ class WorkflowVerbs:
         return GroupResult(tuple(members), child)
 
     def batch(
-        self, jobs: Sequence[Any], *, on_success: Any | None = None, on_complete: Any | None = None
+        self, jobs: Iterable[Any], *, on_success: Any | None = None, on_complete: Any | None = None
     ) -> int:
         """Enqueue `jobs` as one batch whose members' outcomes are counted
         (`batch_progress`). `on_success` runs once every member completed, `on_complete`

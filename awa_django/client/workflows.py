@@ -6,7 +6,7 @@ caller's transaction, after locking its parents."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
@@ -22,7 +22,7 @@ from awa_django.execution.rows import (
     plan_one,
     plan_rows,
 )
-from awa_django.options import check_parent_failure, check_parents
+from awa_django.options import MAX_PARENTS, check_parent_failure, check_parents
 from awa_django.snapshot import BatchProgress, JobSnapshot
 from awa_django.states import TERMINAL_STATES, JobState, ParentFailurePolicy
 from awa_django.storage.sql import jobs as jobs_sql
@@ -98,6 +98,7 @@ def chain(using: str, jobs: Sequence[Any], on_parent_failure: object) -> list[Jo
     """Each job after the one before it, in one transaction; their rows in order."""
     if not jobs:
         raise InvalidDependency("chain() takes at least one job")
+    check_parent_failure(on_parent_failure)  # a chain of one job uses none, checked alike
     with transaction.atomic(using=using):
         first = as_step(jobs[0])
         rows = [inserts.insert_one(using, *plan_one(first.args, first.options), None)]
@@ -131,7 +132,7 @@ def group_then(
         return members, child
 
 
-def batch(using: str, jobs: Sequence[Any], on_success: Any | None, on_complete: Any | None) -> int:
+def batch(using: str, jobs: Iterable[Any], on_success: Any | None, on_complete: Any | None) -> int:
     """Enqueue `jobs` as one batch and its callbacks, each a child of every member:
     `on_success` (policy `cancel`: it runs only if every member completed; a failed
     member that is retried and completes lets it run) and `on_complete` (policy `run`: it
@@ -139,8 +140,14 @@ def batch(using: str, jobs: Sequence[Any], on_success: Any | None, on_complete: 
     from awa_django.storage.models import Job
     from awa_django.storage.workflows import Batch, BatchMember
 
+    jobs = _listed(jobs)
     if not jobs:
         raise InvalidDependency("batch() takes at least one job")
+    # A callback waits on every member: refused before any member is written.
+    if (on_success is not None or on_complete is not None) and len(jobs) > MAX_PARENTS:
+        raise InvalidDependency(
+            f"a batch with a callback takes at most {MAX_PARENTS:,} jobs, got {len(jobs):,}"
+        )
     steps = [as_step(job) for job in jobs]
     with transaction.atomic(using=using):
         ids = [
@@ -160,6 +167,14 @@ def batch(using: str, jobs: Sequence[Any], on_success: Any | None, on_complete: 
         created.on_complete_id = _callback(using, on_complete, ids, ParentFailurePolicy.RUN)
         created.save(update_fields=["on_success_id", "on_complete_id"])
         return created.id
+
+
+def _listed(jobs: object) -> list[Any]:
+    """batch()'s jobs as a list: any iterable of them but text or a mapping (each of its
+    keys would be taken for a job); one job alone is a typed error, not a TypeError."""
+    if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Iterable):
+        raise InvalidDependency(f"batch() takes a list of jobs, got {type(jobs).__name__}")
+    return list(jobs)
 
 
 def _callback(

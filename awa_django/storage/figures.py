@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from awa_django.conf import QueueConfig, awa_settings
 from awa_django.limits import RateLimit
 from awa_django.snapshot import LiveWorker, QueueStats
-from awa_django.states import DEPTH_STATES, JobState
+from awa_django.states import DEPTH_STATES, WAITING_STATES, JobState
 from awa_django.storage.models import (
     INDEXED_DEPTH_STATES,
     DeadLetter,
@@ -196,8 +196,9 @@ def queues_with_state(limit: int = 200, *, using: str | None = None) -> list[str
 
 
 def unhandled_kinds(*, using: str | None = None) -> dict[str, int]:
-    """Kinds with jobs waiting to run (scheduled, available, retryable) that no live worker
-    has a handler for, with how many jobs wait: what waits for new workers during a rolling
+    """Kinds with jobs waiting to run (`WAITING_STATES`: a keyed kind's line behind its
+    key's slots and children waiting for parents too) that no live worker has a handler
+    for, with how many jobs wait: what waits for new workers during a rolling
     deploy, or a kind whose worker is missing. Empty while no worker is live (nothing to
     compare with). Cost: one pass over the waiting jobs, like the queue depths, plus the
     worker rows."""
@@ -208,7 +209,7 @@ def unhandled_kinds(*, using: str | None = None) -> dict[str, int]:
     serves_tasks = any(worker.serves_tasks for worker in workers)
     waiting = (
         Job.objects.using(_using(using))
-        .filter(state__in=(JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE))
+        .filter(state__in=WAITING_STATES)
         .values("kind")
         .annotate(n=Count("*"))
         .order_by()

@@ -15,6 +15,7 @@ import factory
 import psycopg
 import pytest
 from django.contrib.auth.models import Permission
+from django.contrib.staticfiles import finders
 from django.db import connection
 from django.test import Client as HttpClient
 from django.test.utils import CaptureQueriesContext
@@ -24,6 +25,7 @@ from django.utils import timezone
 from awa_django.admin import actions as admin_actions
 from awa_django.client.client import Client
 from awa_django.keys import KEY_METADATA
+from awa_django.states import JobState
 from awa_django.storage.models import ActiveLease, Job, QueueState, WorkerInstance
 from tests.factories import JobFactory, ModelFactory
 
@@ -609,3 +611,12 @@ def test_app_index_and_job_list_link_to_the_dashboard(admin_client):
         in admin_client.get(reverse("admin:app_list", args=["awa_django"])).content.decode()
     )
     assert dashboard in admin_client.get(reverse(CHANGELIST)).content.decode()
+
+
+def test_every_state_has_its_colour_in_the_admin_stylesheet() -> None:
+    # The badge, the dashboard's depth links and the list's summary bar are coloured by
+    # `awa-state-<state>`: a state without its rule showed as plain text in the bar.
+    css = (finders.find("awa_django/admin.css") or "").strip()
+    with open(css, encoding="utf-8") as f:
+        rules = set(re.findall(r"\.awa-state-(\w+)\s*\{", f.read()))
+    assert set(JobState.values) <= rules, set(JobState.values) - rules

@@ -234,3 +234,15 @@ def test_retry_many_returns_only_the_jobs_it_moved() -> None:
     done = JobFactory(state="completed", attempt=1)
     rows = awa_django.Client().retry_many([failed.id, done.id, failed.id, 987654321])
     assert [r.id for r in rows] == [failed.id]
+
+
+@pytest.mark.parametrize("huge", [2**63, -(2**63) - 1, 10**30])
+def test_an_id_beyond_a_bigint_names_no_job_for_cancel_and_retry(huge: int) -> None:
+    # It reached the driver as a DataError, cascade's descendant walk included.
+    client = awa_django.Client()
+    job = JobFactory(state="failed")
+    assert client.cancel(huge) is None
+    assert client.cancel(huge, cascade=True) is None
+    assert client.retry(huge) is None
+    assert [r.id for r in client.retry_many([huge, job.pk])] == [job.pk]
+    assert [r.id for r in client.cancel_many([job.pk, huge])] == [job.pk]

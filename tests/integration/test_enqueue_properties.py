@@ -1,7 +1,8 @@
 """Property-based tests of enqueue, enqueue_many and the codec against real PostgreSQL.
 
-Hypothesis generates hostile inputs (kinds, tags, queues, priorities, run_at, metadata and
-args: NUL, lone surrogates, odd JSON, deep nesting, huge strings). Every case must end in
+Hypothesis generates hostile inputs (kinds, tags, queues, priorities, run_at, metadata,
+`after=` parents and policies, concurrency keys and args: NUL, lone surrogates, odd JSON,
+deep nesting, huge strings). Every case must end in
 success or a typed `AwaError`, never another exception, never a partial write; and the
 caller's `transaction.atomic()` block must stay usable, i.e. no bad value reached SQL.
 """
@@ -191,3 +192,44 @@ def test_what_the_codec_accepts_postgresql_stores(value: Any) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT %s::jsonb::text", [encoded])
         assert as_json(cursor.fetchone()[0]) == as_json(encoded)
+
+
+# -- workflows and keys (decisions 043, 045) ------------------------------------------------
+# A parent id: real ones (filled in by the test), missing ones, and what is no id at all.
+parent_ids = st.one_of(
+    st.just("parent"),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, 2**63 - 1, 2**63, True, 1.5, "1", None, b"1"]),
+)
+afters = st.one_of(
+    st.none(),
+    st.lists(parent_ids, max_size=4),
+    # Well-typed ids only, so the range is what decides: the edges of a bigint and beyond.
+    st.lists(st.sampled_from(["parent", 10**12, 2**63 - 1, 2**63, 2**64]), min_size=1, max_size=3),
+    st.lists(parent_ids, max_size=3).map(tuple),
+    st.sampled_from(["1", 7, True, {"a": 1}, b"", range(1, 3)]),
+)
+policies = st.sampled_from(["cancel", "run", "discard", "Cancel", "", None, 1, "sometimes"])
+concurrency_keys = st.one_of(
+    st.none(), text, long_text, scalars, st.sampled_from([b"k", 10**300, ["k"], "😀" * 200])
+)
+
+
+@PROPERTIES
+@given(after=afters, policy=policies, key=concurrency_keys)
+def test_enqueue_after_and_keyed_succeeds_or_raises_a_typed_error_before_any_sql(
+    after: Any, policy: Any, key: Any
+) -> None:
+    with transaction.atomic():
+        parent = awa_django.enqueue(PropertyBlob(data=0)).id
+        if isinstance(after, list | tuple):
+            after = type(after)(parent if p == "parent" else p for p in after)
+        options = {} if key is None else {"concurrency_key": key}
+        _, error = attempt(
+            lambda: awa_django.enqueue(
+                PropertyBlob(data=1), after=after, on_parent_failure=policy, **options
+            )
+        )
+        count = Job.objects.count()  # raises if the transaction was aborted
+        assert count == (1 if error is not None else 2)
+        transaction.set_rollback(True)

@@ -246,6 +246,16 @@ def test_unhandled_kinds_are_waiting_kinds_no_live_worker_has():
     assert Client().unhandled_kinds() == {"new_kind": 2}
 
 
+def test_unhandled_kinds_count_the_lines_behind_keys_and_parents():
+    # A rolling deploy of a keyed kind: one job of the key is admitted, the rest wait for
+    # its slot, and a child waits for its parent; all of them wait for the new workers.
+    WorkerInstanceFactory(worker_id="w1", kinds=["send_receipt"])
+    JobFactory(kind="new_kind", state="available")
+    JobFactory.create_batch(3, kind="new_kind", state="waiting_slot")
+    JobFactory(kind="new_kind", state="waiting_parents")
+    assert Client().unhandled_kinds() == {"new_kind": 5}
+
+
 def test_unhandled_kinds_is_empty_without_a_live_worker():
     JobFactory(kind="anything")
     assert Client().unhandled_kinds() == {}

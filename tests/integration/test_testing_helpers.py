@@ -14,6 +14,7 @@ import awa_django
 from awa_django import Client, JobContext, Snooze
 from awa_django.events import Completed, Exhausted, Started
 from awa_django.registry import HookRegistration, registry
+from awa_django.states import JobState
 from awa_django.storage.models import Job as JobModel
 from awa_django.testing import (
     assert_enqueued,
@@ -189,16 +190,35 @@ def test_assert_enqueued_with_nothing_enqueued_says_so() -> None:
         assert_enqueued(SendReceipt)
 
 
+# Every state is one or the other: a new state fails the test below until it is placed.
+NOT_ENQUEUED = ("running", "waiting_external", "completed", "failed", "cancelled")
+ENQUEUED = ("scheduled", "waiting_parents", "available", "retryable", "waiting_slot")
+
+
 @pytest.mark.django_db
 def test_only_waiting_jobs_count_as_enqueued() -> None:
-    for state in ("running", "waiting_external", "completed", "failed", "cancelled"):
+    assert sorted(NOT_ENQUEUED + ENQUEUED) == sorted(JobState.values)
+    for state in NOT_ENQUEUED:
         JobFactory(kind="send_receipt", state=state, args={"order_id": 1})
     assert_not_enqueued(SendReceipt)
 
-    for state in ("scheduled", "available", "retryable"):
+    for state in ENQUEUED:
         JobFactory(kind="send_receipt", state=state, args={"order_id": 1})
-    assert_enqueued(SendReceipt, order_id=1, count=3)
-    assert [j.state for j in enqueued_jobs(SendReceipt)] == ["scheduled", "available", "retryable"]
+    assert_enqueued(SendReceipt, order_id=1, count=len(ENQUEUED))
+    assert [j.state for j in enqueued_jobs(SendReceipt)] == list(ENQUEUED)
+
+
+@pytest.mark.django_db
+def test_a_child_waiting_for_its_parents_is_enqueued() -> None:
+    # The everyday case: a follow-up chained after the job a view enqueued.
+    [_, receipt] = awa_django.chain(
+        ChargeCard(order_id=1, amount_cents=5),
+        awa_django.step(SendReceipt(order_id=1), unique=False),
+    )
+    assert receipt.state == "waiting_parents"
+    assert_enqueued(SendReceipt, order_id=1)
+    with pytest.raises(AssertionError):
+        assert_not_enqueued(SendReceipt, order_id=1)
 
 
 @pytest.mark.django_db

@@ -139,7 +139,9 @@ def _apply(action: Callable[[], object]) -> tuple[list[str], list[tuple[str, str
 # -- the catalogue's own data --------------------------------------------------------------
 def test_the_operator_retry_is_the_callback_retry_with_the_priority_restored() -> None:
     retry, operator = transitions.RETRY, transitions.OPERATOR_RETRY
-    assert operator.sets == retry.sets + transitions.PRIORITY_RESTORED
+    assert operator.sets == (
+        retry.sets + transitions.PRIORITY_RESTORED + (transitions.WAITS_FOR_PARENTS,)
+    )
     assert (operator.state, operator.releases, operator.notify) == (
         retry.state,
         retry.releases,

@@ -13,6 +13,7 @@ import pytest
 
 import awa_django
 from awa_django import Client
+from awa_django.bulk import JobFilter
 from awa_django.execution.inline import run_available
 from awa_django.keys import key_digest
 from awa_django.storage.models import Job, KeySlot
@@ -149,3 +150,75 @@ def test_a_batch_of_keyed_members_runs_one_at_a_time_and_calls_back_once() -> No
     assert state(callback) == "available"
     run_one(callback)
     assert Client().batch_progress(batch_id).completed == 3
+
+
+@pytest.mark.parametrize("how", ["retry", "retry_many", "bulk_retry"])
+def test_a_child_cancelled_while_waiting_and_retried_waits_for_its_parents_again(
+    how: str,
+) -> None:
+    """Cancel and retry are operators' moves on one row; the child's parents still decide
+    when it runs. Made available by the retry, it ran before its parent and took its key's
+    slot from the parent's own line."""
+    parent = awa_django.enqueue(Plain(1)).id
+    child = awa_django.enqueue(Tenant("acme", 1), after=[parent]).id
+    Client().cancel(child)
+    retry = {
+        "retry": lambda: Client().retry(child),
+        "retry_many": lambda: Client().retry_many([child]),
+        "bulk_retry": lambda: Client().bulk_retry(JobFilter(queue=QUEUE, kind=kind_of(child))),
+    }[how]
+    retry()
+    assert state(child) == "waiting_parents" and holders("acme") == []
+
+    run_one(parent)  # the child is released by its parent, as if never cancelled
+    run_one(child)
+    assert holders("acme") == []
+
+
+def test_a_retried_child_whose_parents_all_ended_runs_at_once() -> None:
+    # A failed parent does not hold an operator's retry: it ended, and the retry is asked.
+    parent = awa_django.enqueue(Doomed(1)).id
+    child = awa_django.enqueue(Tenant("acme", 1), after=[parent]).id
+    assert run_available(QUEUE, limit=1) == 1
+    assert state(child) == "cancelled"
+    Client().retry(child)
+    assert state(child) == "available" and holders("acme") == [child]
+
+
+def kind_of(job_id: int) -> str:
+    return Job.objects.get(id=job_id).kind
+
+
+@pytest.mark.parametrize("how", ["retry_many", "bulk_retry"])
+def test_a_parent_and_the_child_its_failure_cancelled_retried_together_run_in_order(
+    how: str,
+) -> None:
+    """ "Retry everything failed or cancelled": the failed parent and the child its policy
+    cancelled are retried by one statement. The child waited on no pending parent when
+    the statement read it, and ran beside (or before) its parent."""
+    parent = awa_django.enqueue(Doomed(1)).id
+    child = awa_django.enqueue(Tenant("acme", 1), after=[parent]).id
+    grandchild = awa_django.enqueue(Plain(2), after=[child]).id
+    assert run_available(QUEUE, limit=1) == 1
+    assert [state(parent), state(child), state(grandchild)] == ["failed", *["cancelled"] * 2]
+    if how == "retry_many":
+        Client().retry_many([parent, child, grandchild])
+    else:
+        Client().bulk_retry(JobFilter(queue=QUEUE))
+    assert state(parent) == "available"
+    assert state(child) == state(grandchild) == "waiting_parents"
+    assert holders("acme") == []
+
+
+def test_a_cancel_after_an_operators_retry_is_not_undone_by_the_parents_retry() -> None:
+    """A child the policy cancelled and the operator retried is the operator's: cancelled
+    again (by anyone), a retry of its failed parent must leave it cancelled (decision 043:
+    only the policy's cancels are restored)."""
+    parent = awa_django.enqueue(Doomed(1)).id
+    child = awa_django.enqueue(Plain(1), after=[parent]).id
+    assert run_available(QUEUE, limit=1) == 1
+    assert state(child) == "cancelled"
+    Client().retry(child)
+    Client().cancel(child)
+    Client().retry(parent)
+    assert state(child) == "cancelled"

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 import awa_django
 from awa_django import Client, InvalidDependency, ParentNotFound, TerminalError
@@ -153,6 +154,7 @@ def test_a_missing_parent_leaves_the_callers_transaction_usable() -> None:
         ([True], "cancel"),
         (7, "cancel"),
         ([0], "cancel"),
+        ([2**63], "cancel"),  # no bigint: the driver refused it (DataError)
         (list(range(1, 10_002)), "cancel"),
     ],
 )
@@ -164,6 +166,40 @@ def test_bad_dependencies_raise_a_typed_error(after: Any, policy: str) -> None:
             Step("c"), after=[parent] if after is None else after, on_parent_failure=policy
         )
     assert Job.objects.count() == before
+
+
+def test_a_bad_policy_is_refused_without_after_too() -> None:
+    # A typo in the policy of a job whose `after=` is empty this time must not pass.
+    with pytest.raises(InvalidDependency):
+        awa_django.enqueue(Step("c"), on_parent_failure="sometimes")
+    with pytest.raises(InvalidDependency):
+        Client().enqueue(Step("c"), after=None, on_parent_failure="cancle")
+    assert not Job.objects.exists()
+    assert awa_django.enqueue(Step("c"), on_parent_failure="run").state == "available"
+
+
+@pytest.mark.parametrize(
+    ("jobs", "callback"),
+    [
+        (Step("one"), None),  # one job, not a list of them
+        (None, None),
+        (42, None),
+        ([Step(str(i)) for i in range(10_001)], Step("done")),  # beyond MAX_PARENTS
+    ],
+)
+def test_bad_batches_raise_a_typed_error_before_any_insert(jobs: Any, callback: Any) -> None:
+    with CaptureQueriesContext(connection) as queries, pytest.raises(InvalidDependency):
+        awa_django.batch(jobs, on_complete=callback)
+    assert not [q for q in queries.captured_queries if "INSERT" in q["sql"].upper()]
+    assert not Job.objects.exists()
+
+
+def test_group_then_nothing_is_refused_before_the_members_are_written() -> None:
+    # It enqueued the members and returned their list where a GroupResult was promised:
+    # `.child` then failed after the members were in.
+    with pytest.raises(InvalidDependency):
+        awa_django.group(Step("a"), Step("b")).then(None)
+    assert not Job.objects.exists()
 
 
 def test_cascade_cancel_takes_every_waiting_descendant() -> None:

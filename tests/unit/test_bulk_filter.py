@@ -5,6 +5,7 @@ touches, progress arithmetic, the aged-priority label and `priority_aging` valid
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -167,3 +168,17 @@ def test_any_input_builds_a_storable_filter_or_raises_a_typed_error(fields: dict
     for text in (where.queue, where.kind, *where.states, *where.tags):
         assert text is None or (unstorable_character(text) is None and 0 < len(text) <= 200)
     assert JobFilter.from_json(where.to_json()) == where
+
+
+def test_the_documented_states_of_each_action_are_its_states() -> None:
+    """docs/bulk-operations.md's table of "states it touches": it listed neither
+    waiting_parents nor waiting_slot for cancel and set-priority, which take both."""
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "bulk-operations.md").read_text("utf-8")
+    rows = dict(re.findall(r"^\| `(bulk_cancel|bulk_set_priority)` \| ([^|]+) \|", doc, re.M))
+    for verb, action in (
+        ("bulk_cancel", BulkAction.CANCEL),
+        ("bulk_set_priority", BulkAction.SET_PRIORITY),
+    ):
+        assert set(rows[verb].strip().split(", ")) == set(action.states), verb

@@ -7,13 +7,20 @@ from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql.fragments import J_JOB_COLUMNS, JOB_COLUMN_NAMES
-from awa_django.storage.sql.transitions import CANCEL, OPERATOR_RETRY, Move, update
+from awa_django.storage.sql.transitions import (
+    CANCEL,
+    OPERATOR_RETRY,
+    Move,
+    policy_cancel_superseded,
+    update,
+)
 
 
-def _by_ids(move: Move, *, leases: str) -> str:
+def _by_ids(move: Move, *, leases: str, named: str = "") -> str:
     """`move` applied to the jobs of `ids` it may start from, locked in id order (one lock
     order for every writer); returns each moved row and its NOTIFY. `leases`: the CTE that
-    releases them, or "" when the caller releases them in a statement of its own."""
+    releases them, or "" when the caller releases them in a statement of its own. `named`:
+    a CTE that names the target rows for the move's own expressions."""
     returning = f"{J_JOB_COLUMNS}, t.prior_state"
     return f"""
 WITH target AS (
@@ -22,7 +29,7 @@ WITH target AS (
       AND {move.guard()}
     ORDER BY id
     FOR UPDATE
-), moved AS (
+){named}, moved AS (
     {update(move, source="target t", where="j.id = t.id", returning=returning)}
 ){leases}
 SELECT {JOB_COLUMN_NAMES}, {move.notify_row()}
@@ -48,7 +55,11 @@ def job_cancel_many(*, ids: list[int]) -> Query[list[JobSnapshot]]:
 # notified (duplicates fold into one).
 JOB_RETRY_MANY = Statement(
     "job_retry_many",
-    _by_ids(OPERATOR_RETRY, leases=f", {OPERATOR_RETRY.released('moved')}"),
+    _by_ids(
+        OPERATOR_RETRY,
+        leases=f", {OPERATOR_RETRY.released('moved')}, {policy_cancel_superseded('moved')}",
+        named=", retrying AS (SELECT id FROM target)",
+    ),
 )
 
 

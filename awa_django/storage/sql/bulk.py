@@ -35,7 +35,12 @@ from awa_django.storage import query
 from awa_django.storage.query import Query
 from awa_django.storage.sql import Statement
 from awa_django.storage.sql.fragments import J_JOB_COLUMNS, JOB_COLUMN_NAMES, key_free
-from awa_django.storage.sql.transitions import CANCEL, OPERATOR_RETRY, update
+from awa_django.storage.sql.transitions import (
+    CANCEL,
+    OPERATOR_RETRY,
+    policy_cancel_superseded,
+    update,
+)
 
 _FILTER = """(%(queue)s::text IS NULL OR j.queue = %(queue)s::text
            AND (j.state = 'available' OR j.state <> 'available'))
@@ -144,6 +149,8 @@ WITH {_WINDOW}, ranked AS (
     SELECT j.id, j.unique_key IS NULL OR (NOT %(skip_keyed)s AND {key_free("j")}
         AND row_number() OVER (PARTITION BY j.unique_key ORDER BY j.id) = 1) AS free
     FROM awa_jobs_hot j JOIN target t ON t.id = j.id
+), retrying AS (
+    SELECT id FROM ranked WHERE free
 ), retried AS (
     {
         update(
@@ -153,7 +160,7 @@ WITH {_WINDOW}, ranked AS (
             returning="j.id, j.queue",
         )
     }
-), {OPERATOR_RETRY.released("retried", "r")}
+), {OPERATOR_RETRY.released("retried", "r")}, {policy_cancel_superseded("retried", "r")}
 SELECT last_id, matched, (SELECT count(*) FROM retried),
        (SELECT count(*) FROM ranked WHERE NOT free),
        (SELECT count(pg_notify(ch, '')) FROM (

@@ -266,12 +266,43 @@ RETRY = Move(
     Notify.QUEUE,
     Retried,
 )
+# An operator's retry of a workflow child some of whose parents have not ended (it was
+# cancelled while it waited), or are retried by the same statement (a bulk retry of
+# everything failed or cancelled takes a failed parent and the child its failure
+# cancelled together), makes it wait for them again (decision 043): made available, it
+# would run before them. Parents that all ended and stay ended, failed ones included, do
+# not hold it: the operator's retry runs it. The plain case reads no other table. Every
+# statement rendering it names the ids it retries in a CTE `retrying`.
+WAITS_FOR_PARENTS = (
+    "state",
+    "CASE WHEN NOT j.has_parents THEN 'available'"
+    " WHEN EXISTS (SELECT FROM awa_job_waits w WHERE w.job_id = j.id"
+    " AND w.pending_parents > 0)"
+    " OR EXISTS (SELECT FROM awa_job_dependencies d JOIN retrying rt ON rt.id = d.parent_id"
+    " WHERE d.child_id = j.id) THEN 'waiting_parents' ELSE 'available' END",
+)
+
+
+def policy_cancel_superseded(moved: str, alias: str = "m") -> str:
+    """The CTE `superseded`, for the statements of OPERATOR_RETRY: a child its parents'
+    policy had cancelled is the operator's now (decision 043). Without it, a later cancel
+    of that child by anyone was taken for the policy's, and undone by a retry of the
+    failed parent. One primary-key probe of awa_job_waits per retried row."""
+    return f"""superseded AS (
+    UPDATE awa_job_waits w SET cancelled_by_parents = false
+    FROM {moved} {alias}
+    WHERE w.job_id = {alias}.id AND w.cancelled_by_parents
+)"""
+
+
 # T21, an operator's retry (`retry`, `retry_many`, `bulk_retry`): failed, cancelled and
 # parked jobs, and beyond Awa's T21 a retryable one (it runs now instead of after its
-# backoff); the enqueued priority is restored; no event (decision 018).
+# backoff); the enqueued priority is restored; no event (decision 018). A child waits
+# again for its parents that have not ended (WAITS_FOR_PARENTS).
 OPERATOR_RETRY = RETRY.variant(
     "operator retry",
     *PRIORITY_RESTORED,
+    WAITS_FOR_PARENTS,
     sources=tuple(JobState(state) for state in ACTION_STATES[BulkAction.RETRY]),
     announced=False,
 )
