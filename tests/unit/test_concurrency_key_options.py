@@ -134,7 +134,9 @@ def test_key_limits_spec_without_a_rate() -> None:
         {"concurrency_key": lambda a: a, "key_rate_limit": (0, 1)},
         {"concurrency_key": lambda a: a, "key_rate_limit": "fast"},
     ],
-    ids=repr,
+    # Not repr: a lambda's repr holds its address, and pytest-xdist needs the same test ids
+    # in every process.
+    ids=["key-not-callable", "max-0", "max-1001", "max-bool", "rate-0", "rate-str"],
 )
 def test_bad_declarations_fail_at_import(options: dict[str, Any]) -> None:
     @dataclass
