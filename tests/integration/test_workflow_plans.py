@@ -34,6 +34,7 @@ FUNCTIONS = {
 }
 # The tables a link and a completion read by key, and the only index each may use.
 KEYS = {"awa_jobs_hot": "awa_jobs_hot_pkey", "awa_job_waits": "awa_job_waits_pkey"}
+TABLES = ("awa_jobs_hot", "awa_job_waits", "awa_job_dependencies")
 WAITING = 300  # children already waiting (on other parents) when the plans are read
 
 
@@ -146,17 +147,20 @@ COMPLETE = "UPDATE awa_jobs_hot SET state = 'completed', finalized_at = now() WH
 
 @pytest.mark.parametrize("statistics", ["truncated", "analyzed empty", "analyzed"])
 def test_link_and_completion_read_jobs_by_primary_key(statistics: str) -> None:
-    # A new relfilenode (statistics: none, "-1"); ANALYZE's figures land on it, so the
-    # rollback takes them away. Either invalidates the functions' cached plans.
-    execute("TRUNCATE awa_jobs_hot, awa_job_waits, awa_job_dependencies CASCADE")
+    # A new relfilenode (size unknown, "-1") and no column statistics left by an earlier
+    # test: the tables as a new database has them. ANALYZE's figures land on the new
+    # relfilenode, so the rollback takes them all away. Each invalidates the functions'
+    # cached plans.
+    execute(f"TRUNCATE {', '.join(TABLES)} CASCADE")
+    execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [list(TABLES)])
     if statistics == "analyzed empty":
-        execute("ANALYZE awa_jobs_hot, awa_job_waits, awa_job_dependencies")
+        execute(f"ANALYZE {', '.join(TABLES)}")
     parent = awa_django.enqueue(PlanStep(-1))
     # The first link plans the functions' statements from the statistics of the moment.
     awa_django.enqueue(PlanStep(-2), after=[parent])
     waiting_children(WAITING)
     if statistics == "analyzed":
-        execute("ANALYZE awa_jobs_hot, awa_job_waits, awa_job_dependencies")
+        execute(f"ANALYZE {', '.join(TABLES)}")
     child = awa_django.enqueue(PlanStep(-3)).id
     execute("UPDATE awa_jobs_hot SET state = 'waiting_parents' WHERE id = %s", [child])
     link = workflows_sql.job_link_parents(child=child, parents={parent.id: None}, policy="cancel")
