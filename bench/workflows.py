@@ -12,6 +12,8 @@ every child started after its last parent finished.
 
 from __future__ import annotations
 
+import time
+from statistics import median
 from typing import Any
 
 from django.db import connection, transaction
@@ -26,6 +28,7 @@ from .worker import WorkerProcess
 
 POLL_INTERVAL = 0.02
 CHAIN_LENGTH = 3
+ENQUEUE_WINDOW = 100  # chains at each end of the enqueue whose median is reported
 
 
 def fan_in(options: Any) -> dict[str, Any]:
@@ -41,12 +44,30 @@ def fan_in(options: Any) -> dict[str, Any]:
 def chains(options: Any) -> dict[str, Any]:
     """`options.flows` chains of CHAIN_LENGTH."""
     db.reset()
-    with transaction.atomic():
-        for i in range(options.flows):
-            links = [BenchAsync(n=CHAIN_LENGTH * i + k) for k in range(CHAIN_LENGTH)]
-            awa_django.chain(*links)
+    enqueued = _enqueue_chains(options.flows)
     total = options.flows * CHAIN_LENGTH
-    return {**_drain_flows(total, options.concurrency), "chains": options.flows}
+    return {**_drain_flows(total, options.concurrency), "chains": options.flows, **enqueued}
+
+
+def _enqueue_chains(flows: int) -> dict[str, Any]:
+    """Enqueue `flows` chains in one transaction on the freshly emptied tables (whose
+    statistics say nothing yet), timing each `chain()` call: the median of the first and
+    of the last ENQUEUE_WINDOW calls says whether a chain's cost grows with the chains
+    enqueued before it in the transaction (issue 29)."""
+    per_chain: list[float] = []
+    started = time.perf_counter()
+    with transaction.atomic():
+        for i in range(flows):
+            links = [BenchAsync(n=CHAIN_LENGTH * i + k) for k in range(CHAIN_LENGTH)]
+            before = time.perf_counter()
+            awa_django.chain(*links)
+            per_chain.append(time.perf_counter() - before)
+    enqueue_s = time.perf_counter() - started  # incl. the commit
+    return {
+        "enqueue_s": round(enqueue_s, 3),
+        "enqueue_ms_first_chains": round(1000 * median(per_chain[:ENQUEUE_WINDOW]), 3),
+        "enqueue_ms_last_chains": round(1000 * median(per_chain[-ENQUEUE_WINDOW:]), 3),
+    }
 
 
 def _drain_flows(total: int, concurrency: int) -> dict[str, Any]:

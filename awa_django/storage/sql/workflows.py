@@ -63,7 +63,8 @@ def _ended(rows: query.Rows, count: int) -> dict[int, str | None]:
 # inserted `waiting_parents`; awa_workflow_link (migration 0013) writes its edges and
 # counters and settles it at once (every parent completed: available; one failed: the
 # policy). Returns the child's state after that (NULL: deleted, `discard`). Index: primary
-# keys.
+# keys, whatever the statistics say: the functions run without sequential scans and test
+# the state with `|| ''` (migration 0018; test_workflow_plans reads their plans).
 JOB_LINK_PARENTS = Statement(
     "job_link_parents",
     """
