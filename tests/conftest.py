@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db.backends.postgresql.operations import DatabaseOperations
+from django.test import override_settings
 
 from awa_django.registry import Registry, registry
 
@@ -51,6 +52,15 @@ def flush_written_tables_only() -> Iterator[None]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing() -> Iterator[None]:
+    """Users made by tests (admin_client, operators) are hashed with MD5, not Django's
+    PBKDF2 of 1.5 million rounds (about a second of CPU per user, some 300 tests): no test
+    is about password strength, and logging in still checks the password it was given."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
         yield
 
 
