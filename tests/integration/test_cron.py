@@ -339,7 +339,11 @@ def test_migration_0012_adds_resumed_at_under_existing_schedules(
     row = CronSchedule.objects.get()
     assert (row.resumed_at, row.paused) == (None, True)  # NULL: judged by age, as before
     Client().resume_schedule("cron-mig")
-    assert fire_times(evaluate()) == [minute(now)]
+    # The migrations take seconds (more on a loaded machine): the minute may have turned
+    # since `now`, and then the coalesced fire is the new minute's. One fire, either way.
+    before = db_now()
+    fired = fire_times(evaluate())
+    assert fired in ([minute(before)], [minute(db_now())]), (now, before, fired)
 
 
 # -- a healthy leader, a failover and an outage, under a controlled clock -----------------

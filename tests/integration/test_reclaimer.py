@@ -4,7 +4,8 @@ it means the same on a server with autovacuum on or off."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -30,6 +31,19 @@ def dead_rows() -> int:
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'awa_jobs_hot'")
         return int(cursor.fetchone()[0])
+
+
+def oldest_running_xid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8")
+        return int(cursor.fetchone()[0])
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting until {what}"
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -82,8 +96,15 @@ def test_the_leader_vacuums_a_table_autovacuum_skips_once_its_dead_rows_pile_up(
 def test_rows_a_held_snapshot_kept_are_vacuumed_once_it_ends_not_before() -> None:
     passes: list[list[str]] = []
     with psycopg.connect(**connection.get_connection_params()) as held:
-        held.execute("SELECT txid_current()")  # holds the horizon until it rolls back
+        # Holds the horizon until it rolls back.
+        (xid,) = held.execute("SELECT txid_current()").fetchone() or (0,)
         leave_dead_rows(ROWS)
+        # The reclaimer tells "the snapshot is still held" from "it ended" by the cluster's
+        # oldest running transaction. Another session's transaction that began before ours
+        # (another test database's, on a shared or parallel server) would be that oldest
+        # one, and its commit between the passes would look like ours ending: wait until
+        # ours is the oldest, so the passes below see only our snapshot come and go.
+        wait_until(lambda: oldest_running_xid() == xid, "the held transaction is the oldest")
 
         async def pinned(db: Database) -> Reclaimer:
             leader = Reclaimer(db)

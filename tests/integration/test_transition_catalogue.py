@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
-import select
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -106,18 +104,30 @@ def _token(job: Job) -> uuid.UUID:
     return job.callback_id
 
 
+MARKER_CHANNEL = "awa_test_catalogue_marker"
+
+
 @contextmanager
 def _listening(*channels: str) -> Iterator[list[tuple[str, str]]]:
-    """The (channel, payload) NOTIFYs on `channels` committed inside the block."""
+    """The (channel, payload) NOTIFYs on `channels` committed inside the block.
+
+    Complete without waiting out a window: after the block a marker is committed on a
+    channel of its own, and PostgreSQL delivers notifications in commit order, so once the
+    marker is heard every NOTIFY the block committed has been heard before it (and one
+    that came after the marker was not the block's)."""
     heard: list[tuple[str, str]] = []
-    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as listener:
-        for channel in channels:
+    params = connection.get_connection_params()
+    with psycopg.connect(**params, autocommit=True) as listener:
+        for channel in (*channels, MARKER_CHANNEL):
             listener.execute(f'LISTEN "{channel}"')
         yield heard
-        end = time.monotonic() + 2.0
-        while time.monotonic() < end:
-            select.select([listener.fileno()], [], [], max(end - time.monotonic(), 0))
-            heard += [(n.channel, n.payload) for n in listener.notifies(timeout=0, stop_after=50)]
+        with psycopg.connect(**params, autocommit=True) as marker:
+            marker.execute("SELECT pg_notify(%s, 'marker')", [MARKER_CHANNEL])
+        for notify in listener.notifies(timeout=30):
+            if notify.channel == MARKER_CHANNEL:
+                return
+            heard.append((notify.channel, notify.payload))
+        raise AssertionError("the marker NOTIFY was not heard within 30 s")
 
 
 def _names(events: list[Event]) -> list[str]:
