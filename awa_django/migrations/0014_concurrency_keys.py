@@ -23,6 +23,17 @@ from awa_django.channels import channel_sql
 # The key's text, limits and digest live in the job's metadata until the insert trigger
 # moves the digest to its column: every insert path (enqueue, COPY, cron, follow-ups,
 # dead-letter retries) then carries the key with no statement of its own.
+# AFTER UPDATE / DELETE of a job that held a slot and holds none now (0017 replaces it and
+# its reverse puts this one back).
+RELEASE = """CREATE OR REPLACE FUNCTION awa_key_release() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE awa_key_slots SET job_id = NULL
+    WHERE key_digest = OLD.concurrency_key AND slot = OLD.key_slot AND job_id = OLD.id;
+    PERFORM awa_key_hand_off(OLD.concurrency_key);
+    RETURN NULL;
+END $$;
+"""
+
 FUNCTIONS = f"""
 CREATE OR REPLACE FUNCTION awa_key_max(kind text, spec jsonb) RETURNS int
 LANGUAGE sql STABLE AS $$
@@ -181,14 +192,7 @@ END $$;
 
 -- AFTER UPDATE / DELETE of a job that held a slot and holds none now: the slot is freed
 -- (guarded by the job id) and handed to the key's next waiting job, in this transaction.
-CREATE OR REPLACE FUNCTION awa_key_release() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE awa_key_slots SET job_id = NULL
-    WHERE key_digest = OLD.concurrency_key AND slot = OLD.key_slot AND job_id = OLD.id;
-    PERFORM awa_key_hand_off(OLD.concurrency_key);
-    RETURN NULL;
-END $$;
-
+{RELEASE}
 -- A job waiting for a slot holds its unique key like an available one (it is one that
 -- is not admitted yet). No existing row is waiting_slot, so the unique index's entries
 -- are unchanged.

@@ -17,13 +17,16 @@ Safe with jobs in flight: CREATE OR REPLACE of one trigger function, same name a
 signature. Reversible: the reverse puts 0014's body back.
 """
 
+import importlib
+
 from django.db import migrations
 
-# The queue's NOTIFY channel, as 0014 froze it (awa_django.channels.channel_sql).
-CHANNEL = (
-    "CASE WHEN octet_length('awa:' || next_queue) <= 63 THEN 'awa:' || next_queue "
-    "ELSE 'awa:' || md5(next_queue) END"
-)
+from awa_django.channels import channel_sql
+
+_0014 = importlib.import_module("awa_django.migrations.0014_concurrency_keys")
+
+# The queue's NOTIFY channel, spelled as 0014 spells it.
+CHANNEL = channel_sql("next_queue")
 
 RELEASE = f"""
 CREATE OR REPLACE FUNCTION awa_key_release() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -75,19 +78,8 @@ BEGIN
 END $$;
 """
 
-# 0014's body.
-RELEASE_0014 = """
-CREATE OR REPLACE FUNCTION awa_key_release() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE awa_key_slots SET job_id = NULL
-    WHERE key_digest = OLD.concurrency_key AND slot = OLD.key_slot AND job_id = OLD.id;
-    PERFORM awa_key_hand_off(OLD.concurrency_key);
-    RETURN NULL;
-END $$;
-"""
-
 
 class Migration(migrations.Migration):
     dependencies = [("awa_django", "0016_workflow_generic_plans")]
 
-    operations = [migrations.RunSQL(RELEASE, reverse_sql=RELEASE_0014)]
+    operations = [migrations.RunSQL(RELEASE, reverse_sql=_0014.RELEASE)]

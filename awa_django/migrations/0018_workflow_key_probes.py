@@ -36,13 +36,9 @@ from django.db import migrations
 
 _0015 = importlib.import_module("awa_django.migrations.0015_event_outbox")
 
-# The queue's NOTIFY channel, as 0013 froze it.
-CHANNEL = (
-    "CASE WHEN octet_length('awa:' || p.queue) <= 63 THEN 'awa:' || p.queue "
-    "ELSE 'awa:' || md5(p.queue) END"
-)
-# Matches the error entry the cancel writes; the event's `reason` (0015).
-REASON = "cancelled: a parent failed"
+# The queue's NOTIFY channel, the cancel's error entry and its outbox row, as 0015 wrote
+# them: only the statements' ways in to the rows change here.
+CHANNEL, REASON, ANNOUNCE = _0015.CHANNEL, _0015.REASON, _0015.ANNOUNCE
 
 
 def waiting(test: str) -> str:
@@ -78,10 +74,7 @@ BEGIN
                 'error', '{REASON}', 'attempt', j.attempt, 'at', now()))
         WHERE j.id = ANY({CANCELLED}) AND {UNINDEXED_WAITING}
         RETURNING j.id
-    ), announced AS (
-        INSERT INTO awa_event_outbox (job_id, event, reason)
-        SELECT id, 'cancelled', '{REASON}' FROM moved ORDER BY id
-    )
+    ){ANNOUNCE}
     SELECT array_agg(id) INTO v_cancelled FROM moved;
     IF v_cancelled IS NOT NULL THEN
         UPDATE awa_job_waits SET cancelled_by_parents = true WHERE job_id = ANY(v_cancelled);
