@@ -25,10 +25,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern
 
 from awa_django.codec import unstorable_character
+from awa_django.options import MAX_JOB_ID
 
-# The largest value of a bigint primary key: a path id above it (Django's `<int:...>`
-# converter takes any number of digits) names no row, and the driver cannot send it.
-MAX_ID = 2**63 - 1
 # On the request: each admin's filter parameters, worked out once per request.
 _CACHE = "_awa_filter_parameters"
 GUARDED = "awa_guarded"  # set on every view the guard wraps
@@ -90,10 +88,11 @@ def check_request(model_admin: Any, request: HttpRequest, path_values: Iterable[
 
 
 def check_ids(path_values: Iterable[object]) -> None:
-    """Refuse (400) a path number no bigint can hold: every view behind an `<int:...>`
-    segment would otherwise hand it to a query or a Client check of its own."""
+    """Refuse (400) a path number no bigint can hold (Django's `<int:...>` converter takes
+    any number of digits): every view behind such a segment would otherwise hand it to a
+    query or a Client check of its own, and the driver cannot send it."""
     for value in path_values:
-        if isinstance(value, int) and not 0 <= value <= MAX_ID:
+        if isinstance(value, int) and not 0 <= value <= MAX_JOB_ID:
             raise DisallowedModelAdminLookup("path number beyond a bigint")
 
 

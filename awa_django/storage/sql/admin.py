@@ -11,7 +11,7 @@ from awa_django.storage.sql.transitions import (
     CANCEL,
     OPERATOR_RETRY,
     Move,
-    policy_cancel_superseded,
+    operator_retry_after,
     update,
 )
 
@@ -57,7 +57,7 @@ JOB_RETRY_MANY = Statement(
     "job_retry_many",
     _by_ids(
         OPERATOR_RETRY,
-        leases=f", {OPERATOR_RETRY.released('moved')}, {policy_cancel_superseded('moved')}",
+        leases=f", {operator_retry_after('moved')}",
         named=", retrying AS (SELECT id FROM target)",
     ),
 )

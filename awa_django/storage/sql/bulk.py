@@ -38,7 +38,7 @@ from awa_django.storage.sql.fragments import J_JOB_COLUMNS, JOB_COLUMN_NAMES, ke
 from awa_django.storage.sql.transitions import (
     CANCEL,
     OPERATOR_RETRY,
-    policy_cancel_superseded,
+    operator_retry_after,
     update,
 )
 
@@ -160,7 +160,7 @@ WITH {_WINDOW}, ranked AS (
             returning="j.id, j.queue",
         )
     }
-), {OPERATOR_RETRY.released("retried", "r")}, {policy_cancel_superseded("retried", "r")}
+), {operator_retry_after("retried", "r")}
 SELECT last_id, matched, (SELECT count(*) FROM retried),
        (SELECT count(*) FROM ranked WHERE NOT free),
        (SELECT count(pg_notify(ch, '')) FROM (

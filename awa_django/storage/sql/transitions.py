@@ -283,18 +283,6 @@ WAITS_FOR_PARENTS = (
 )
 
 
-def policy_cancel_superseded(moved: str, alias: str = "m") -> str:
-    """The CTE `superseded`, for the statements of OPERATOR_RETRY: a child its parents'
-    policy had cancelled is the operator's now (decision 043). Without it, a later cancel
-    of that child by anyone was taken for the policy's, and undone by a retry of the
-    failed parent. One primary-key probe of awa_job_waits per retried row."""
-    return f"""superseded AS (
-    UPDATE awa_job_waits w SET cancelled_by_parents = false
-    FROM {moved} {alias}
-    WHERE w.job_id = {alias}.id AND w.cancelled_by_parents
-)"""
-
-
 # T21, an operator's retry (`retry`, `retry_many`, `bulk_retry`): failed, cancelled and
 # parked jobs, and beyond Awa's T21 a retryable one (it runs now instead of after its
 # backoff); the enqueued priority is restored; no event (decision 018). A child waits
@@ -306,6 +294,20 @@ OPERATOR_RETRY = RETRY.variant(
     sources=tuple(JobState(state) for state in ACTION_STATES[BulkAction.RETRY]),
     announced=False,
 )
+
+
+def operator_retry_after(moved: str, alias: str = "m") -> str:
+    """The CTEs that follow OPERATOR_RETRY's update of the rows of CTE `moved`: `released`
+    (their leases) and `superseded`: a child its parents' policy had cancelled is the
+    operator's now (decision 043). Without it, a later cancel of that child by anyone was
+    taken for the policy's, and undone by a retry of the failed parent. One primary-key
+    probe of awa_job_waits per retried row."""
+    return f"""{OPERATOR_RETRY.released(moved, alias)}, superseded AS (
+    UPDATE awa_job_waits w SET cancelled_by_parents = false
+    FROM {moved} {alias}
+    WHERE w.job_id = {alias}.id AND w.cancelled_by_parents
+)"""
+
 
 # T26, a dead letter retried (`retry_dead_letters`): the row goes back into awa_jobs_hot as
 # a retry leaves a job (dead_letters.py renders it as an INSERT, `inserted`: no state to
