@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,16 +36,6 @@ FAST = [
     "--shutdown-grace",
     "10",
 ]
-
-
-def wait_until[T](predicate: Callable[[], T | None], timeout: float = 20, what: str = "") -> T:
-    """Poll `predicate` until it is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
 class WorkerProcess:

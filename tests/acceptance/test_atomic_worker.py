@@ -12,8 +12,7 @@ import awa_django
 from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccAtomicInvoice, AccFollowed
 from testproject.testjobs.models import Execution, HookCall, Invoice
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

@@ -9,8 +9,7 @@ from awa_django.events import Completed, Event
 from awa_django.storage.models import ActiveLease, Job
 from testproject.testjobs.jobs import AccAsyncWaitInPlace, AccPark, AccWaitInPlace
 from testproject.testjobs.models import HookCall
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

@@ -23,8 +23,9 @@ from django.db import connection
 import awa_django
 from awa_django.storage.models import Job, KeySlot, WorkerInstance
 from testproject.testjobs.jobs import AccKeyed, AccKeyedSerial
+from tests.waiting import wait_until
 
-from .conftest import WorkerProcess, wait_until
+from .conftest import WorkerProcess
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

@@ -12,8 +12,7 @@ import pytest
 
 from awa_django.storage.models import Job, LeaderLease
 from testproject.testjobs.jobs import CRON_EVERY_SECOND, CRON_EVERY_SECOND_COALESCE
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

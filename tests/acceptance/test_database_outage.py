@@ -12,8 +12,8 @@ from django.db import connection
 import awa_django
 from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccNoop
+from tests.waiting import wait_until
 
-from .conftest import wait_until
 from .test_metrics_worker import endpoint, get
 from .test_worker_process import listening
 

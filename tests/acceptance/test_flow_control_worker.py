@@ -21,8 +21,9 @@ from awa_django.client import Client
 from awa_django.storage.models import ActiveLease, Job
 from testproject.testjobs.jobs import AccNoop, AccSleep
 from testproject.testjobs.models import Execution
+from tests.waiting import wait_until
 
-from .conftest import WorkerProcess, wait_until
+from .conftest import WorkerProcess
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

@@ -23,8 +23,7 @@ import awa_django
 from awa_django.client import Client
 from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccFlowCallback, AccFlowChild, AccFlowParent
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

@@ -26,8 +26,8 @@ from testproject.testjobs.jobs import (
 )
 from testproject.testjobs.models import Execution, HookCall
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import wait_until
 
-from .conftest import wait_until
 from .test_worker_process import listening
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

@@ -16,8 +16,8 @@ import awa_django
 from awa_django.storage.models import ActiveLease, Job
 from awa_django.worker.database import connection_kwargs
 from testproject.testjobs.jobs import AccNoop
+from tests.waiting import wait_until
 
-from .conftest import wait_until
 from .test_worker_process import listening
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from awa_django.storage.models import Job
 from awa_django.worker.http_endpoint import READ_TIMEOUT_SECONDS
 from tests.factories import DeadLetterFactory, JobFactory
+from tests.waiting import wait_until
 
-from .conftest import wait_until
 from .test_metrics_worker import endpoint, get
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

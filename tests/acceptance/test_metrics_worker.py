@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 import awa_django
 from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccNoop, AccOutcome
+from tests.waiting import wait_until
 
-from .conftest import WorkerProcess, wait_until
+from .conftest import WorkerProcess
 from .test_hostile_worker import db_proxy, proxied_database_url
 from .test_worker_process import listening
 

@@ -14,8 +14,9 @@ import pytest
 from django.db import connection
 
 from testproject.shop.demo import database_url
+from tests.waiting import wait_until
 
-from .conftest import ROOT, wait_until
+from .conftest import ROOT
 from .pgbouncer import REQUIRED_ENV, PgBouncer, pgbouncer_binary
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

@@ -11,8 +11,7 @@ import awa_django
 from awa_django.conf import AGING_TOP_PRIORITY
 from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccSleep
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

@@ -13,8 +13,8 @@ from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccAtomicInvoice, AccSleep
 from testproject.testjobs.models import Invoice
 from tests.refusal_trigger import Refuse, refuse
+from tests.waiting import wait_until
 
-from .conftest import wait_until
 from .test_hostile_worker import executions_per_job, outcome_hooks
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

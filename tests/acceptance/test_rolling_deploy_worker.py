@@ -13,8 +13,8 @@ import awa_django
 from awa_django.storage.models import Job, WorkerInstance
 from testproject.testjobs.jobs import AccRolling
 from testproject.testjobs.models import Execution
+from tests.waiting import wait_until
 
-from .conftest import wait_until
 from .test_worker_process import listening, workers_whose_last_statement
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

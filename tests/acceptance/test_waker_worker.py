@@ -16,8 +16,9 @@ from django.db import connection
 import awa_django
 from testproject.testjobs.jobs import AccNoop
 from testproject.testjobs.models import Execution
+from tests.waiting import wait_until
 
-from .conftest import WorkerProcess, wait_until
+from .conftest import WorkerProcess
 from .test_worker_process import listening, state_of, workers_whose_last_statement
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]

@@ -12,8 +12,7 @@ import awa_django
 from awa_django.storage.models import ActiveLease, Job, LeaderLease, WorkerInstance
 from testproject.testjobs.jobs import AccBlock, AccNoop, AccSleep
 from testproject.testjobs.models import Execution, HookCall
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

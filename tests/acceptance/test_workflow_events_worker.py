@@ -12,8 +12,7 @@ from awa_django.storage.models import Job
 from awa_django.storage.workflows import EventAnnouncement
 from testproject.testjobs.jobs import AccFollowed, AccOutcome
 from testproject.testjobs.models import HookCall
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

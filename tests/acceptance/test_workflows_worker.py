@@ -12,8 +12,7 @@ import awa_django
 from awa_django.storage.models import Job
 from testproject.testjobs.jobs import AccNoop, AccOutcome
 from testproject.testjobs.models import Execution
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 

@@ -4,8 +4,7 @@ it means the same on a server with autovacuum on or off."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -15,6 +14,7 @@ from awa_django.worker.database import Database
 from awa_django.worker.maintenance import reclaimer
 from awa_django.worker.maintenance.reclaimer import Reclaimer
 from tests.runtime_db import with_db
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,13 +37,6 @@ def oldest_running_xid() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8")
         return int(cursor.fetchone()[0])
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting until {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -104,7 +97,7 @@ def test_rows_a_held_snapshot_kept_are_vacuumed_once_it_ends_not_before() -> Non
         # (another test database's, on a shared or parallel server) would be that oldest
         # one, and its commit between the passes would look like ours ending: wait until
         # ours is the oldest, so the passes below see only our snapshot come and go.
-        wait_until(lambda: oldest_running_xid() == xid, "the held transaction is the oldest")
+        wait_until(lambda: oldest_running_xid() == xid, 60, "the held transaction to be the oldest")
 
         async def pinned(db: Database) -> Reclaimer:
             leader = Reclaimer(db)
