@@ -39,15 +39,13 @@ def flush_written_tables_only() -> Iterator[None]:
         reset_sequences: bool = False,
         allow_cascade: bool = False,
     ) -> list[str]:
-        written: list[str] = []
-        if tables and not reset_sequences:
-            with self.connection.cursor() as cursor:
-                cursor.execute(WRITTEN_TABLES, [list(tables)])
-                written = [row[0] for row in cursor.fetchall()]
-        if not written:  # Django's own statement (and its post_migrate) when in doubt
+        if reset_sequences:  # the sequences of every table, as Django would
             return django_sql_flush(
-                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+                self, style, tables, reset_sequences=True, allow_cascade=allow_cascade
             )
+        with self.connection.cursor() as cursor:
+            cursor.execute(WRITTEN_TABLES, [list(tables)])
+            written = [row[0] for row in cursor.fetchall()]
         return django_sql_flush(self, style, written, allow_cascade=True)
 
     with pytest.MonkeyPatch.context() as patch:
