@@ -11,20 +11,11 @@ per step; exits non-zero on the first failed step.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from typing import Any
 
 import django
 
-
-def wait_for[T](predicate: Callable[[], T | None], what: str, timeout: float = 30) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from tests.waiting import wait_until
 
 
 def step(name: str) -> None:
@@ -55,7 +46,9 @@ def enqueue_in_atomic() -> int:
         raise AssertionError("a rolled-back enqueue left a job")
     except awa_django.JobNotFound:
         pass
-    wait_for(lambda: client.get_job(receipt.id).state == "completed", "the worker to complete")
+    wait_until(
+        lambda: client.get_job(receipt.id).state == "completed", 30, "the worker to complete"
+    )
     step("enqueue in atomic(), rollback leaves nothing, the worker claims and completes")
     return receipt.id
 
@@ -71,7 +64,7 @@ def callback_round_trip() -> None:
         row = client.get_job(label.id)
         return row.callback_id if row.state == "waiting_external" else None
 
-    callback_id = wait_for(parked_callback, "the job to park on its callback")
+    callback_id = wait_until(parked_callback, 30, "the job to park on its callback")
     done = client.complete_external(callback_id, {"tracking": "PB-1"})
     assert done.state == "completed", done.state
     step("a parked job's callback resolves")
@@ -87,7 +80,7 @@ def django_task() -> None:
         result.refresh()
         return result.status == TaskResultStatus.SUCCESSFUL
 
-    wait_for(finished, "the django task to succeed")
+    wait_until(finished, 30, "the django task to succeed")
     assert result.return_value == 5, result.return_value
     step("a django.tasks task runs")
 
